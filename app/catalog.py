@@ -1,0 +1,138 @@
+"""Versions of datasets and indexes, kept in storage: storage is the source of truth, actors only cache it.
+
+Layout under the storage root:
+
+    datasets/segments/<run_id>/chunks-*.parquet    shards written by one ingest run (invisible until referenced)
+    datasets/segments/<run_id>/documents.parquet   the run's kept documents (ids, hashes, MinHash signatures)
+    datasets/<n>/manifest.json                     version n: the list of segment files it is made of
+    indexes/<n>/...                                index version n (FAISS, BM25, chunk table) + manifest.json
+    runs/ingest/<run_id>.json                      ingest run records (state, progress, report)
+    quarantine/<run_id>/...                        unreadable input files, with reason.json
+
+A version exists exactly when its manifest exists, and the manifest is written last and atomically, so a run
+that dies part way leaves files nobody references and no visible version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.storage import Storage
+
+Kind = Literal["datasets", "indexes"]
+
+
+class FileEntry(BaseModel):
+    path: str = Field(description="Root-relative path.")
+    bytes: int
+    sha256: str
+    rows: int | None = None
+
+
+class EmbedderInfo(BaseModel):
+    name: str
+    revision: str
+    dim: int
+
+
+class Manifest(BaseModel):
+    """What a version is, where it came from, and how to check it is intact."""
+
+    kind: Kind
+    version: int
+    created_at: str
+    parent: int | None = Field(default=None, description="Version this one extends (datasets) or reads (indexes).")
+    inputs: list[str] = Field(default_factory=list, description="Input paths of the run that produced it.")
+    run_id: str | None = None
+    embedder: EmbedderInfo
+    counts: dict[str, int] = Field(default_factory=dict)
+    files: list[FileEntry] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+class Catalog:
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    # ---- versions -------------------------------------------------------------------------------------------
+    def versions(self, kind: Kind) -> list[Manifest]:
+        out = []
+        for name in self.storage.listdir(kind):
+            if name.isdigit() and self.storage.exists(f"{kind}/{name}/manifest.json"):
+                out.append(Manifest.model_validate(self.storage.read_json(f"{kind}/{name}/manifest.json")))
+        return sorted(out, key=lambda m: m.version)
+
+    def latest(self, kind: Kind) -> Manifest | None:
+        versions = self.versions(kind)
+        return versions[-1] if versions else None
+
+    def get(self, kind: Kind, version: int) -> Manifest:
+        rel = f"{kind}/{version}/manifest.json"
+        if not self.storage.exists(rel):
+            have = [m.version for m in self.versions(kind)]
+            raise ValueError(f"{kind[:-1]} version {version} does not exist (published: {have or 'none'})")
+        return Manifest.model_validate(self.storage.read_json(rel))
+
+    def resolve(self, kind: Kind, version: int | None) -> Manifest:
+        """The given version, or the latest; ValueError if there is none."""
+        if version is not None:
+            return self.get(kind, version)
+        latest = self.latest(kind)
+        if latest is None:
+            hint = "run `ragline ingest PATH`" if kind == "datasets" else "run `ragline ingest` or `ragline index build`"
+            raise ValueError(f"no {kind[:-1]} version is published yet: {hint}")
+        return latest
+
+    def next_version(self, kind: Kind) -> int:
+        used = [int(n) for n in self.storage.listdir(kind) if n.isdigit()]
+        return max(used, default=0) + 1
+
+    def publish(self, manifest: Manifest) -> Manifest:
+        """Make `manifest` visible as the next free version number of its kind (its files are already written).
+
+        The manifest is created exclusively, so two publishers never get the same number."""
+        while True:
+            manifest.version = self.next_version(manifest.kind)
+            manifest.created_at = now_iso()
+            data = manifest.model_dump_json(indent=2).encode()
+            if self.storage.create_exclusive(f"{manifest.kind}/{manifest.version}/manifest.json", data):
+                return manifest
+
+    def verify(self, manifest: Manifest) -> list[str]:
+        """Files of a version that are missing or whose size/checksum differ (empty when intact)."""
+        bad = []
+        for f in manifest.files:
+            if not self.storage.exists(f.path):
+                bad.append(f"{f.path}: missing")
+                continue
+            size, digest = self.storage.file_digest(f.path)
+            if (size, digest) != (f.bytes, f.sha256):
+                bad.append(f"{f.path}: checksum mismatch")
+        return bad
+
+    def file_entry(self, rel: str, rows: int | None = None) -> FileEntry:
+        size, digest = self.storage.file_digest(rel)
+        return FileEntry(path=rel, bytes=size, sha256=digest, rows=rows)
+
+    # ---- ingest runs ------------------------------------------------------------------------------------------
+    def save_run(self, record: dict[str, Any]) -> None:
+        self.storage.write_json(f"runs/ingest/{record['run_id']}.json", record)
+
+    def load_run(self, run_id: str) -> dict[str, Any]:
+        rel = f"runs/ingest/{run_id}.json"
+        if not self.storage.exists(rel):
+            raise ValueError(f"ingest run {run_id!r} does not exist")
+        return dict(self.storage.read_json(rel))
+
+    def runs(self) -> list[dict[str, Any]]:
+        names = [n for n in self.storage.listdir("runs/ingest") if n.endswith(".json") and ".tmp-" not in n]
+        records = [dict(self.storage.read_json(f"runs/ingest/{n}")) for n in names]
+        return sorted(records, key=lambda r: (r.get("submitted_at", ""), r["run_id"]))

@@ -1,0 +1,308 @@
+"""`ragline`: the command line. Loads config once, connects to Ray where a command needs it, prints results
+(tables for people, `--json` for machines). User mistakes exit 2 with a one-line reason, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from app import envs
+from app.config import AppConfig, load_config
+from app.storage import Storage
+
+app = typer.Typer(help="Ragline: documents to grounded answers on Ray.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, rich_markup_mode=None)
+index_app = typer.Typer(help="Index versions.", no_args_is_help=True)
+eval_app = typer.Typer(help="Evaluation.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+app.add_typer(eval_app, name="eval")
+out = Console()
+err = Console(stderr=True)
+
+DEMO_QUESTION = "How do I make sure clean-up code runs even when an exception is raised?"
+
+
+@dataclass
+class Context:
+    cfg: AppConfig
+    storage: Storage
+    address: str | None
+
+
+def open_storage(root: str) -> Storage:
+    """Local roots become absolute: actors and workers do not share the caller's working directory."""
+    return Storage(root if "://" in root else os.path.abspath(os.path.expanduser(root)))
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    storage: Annotated[str | None, typer.Option(help="Storage root: local path or s3:// / gs:// URI. "
+                                                     "[default: RAGLINE_STORAGE or ./.ragline]")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML config file. [default: RAGLINE_CONFIG]")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray address. [default: RAY_ADDRESS or a local Ray]")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config field, e.g. "
+                                                   "--set ingest.chunk.chunk_tokens=128 (repeatable).")] = None,
+) -> None:
+    cfg = load_config(config or envs.RAGLINE_CONFIG or None, set_ or [])
+    root = storage or cfg.storage or envs.storage_root()
+    ctx.obj = Context(cfg=cfg, storage=open_storage(root), address=address or cfg.ray_address or envs.ray_address())
+
+
+def _connect(c: Context) -> None:
+    from app.raycluster import connect
+
+    connect(c.address)
+
+
+def _print_json(obj: Any) -> None:
+    out.print_json(json.dumps(obj, default=str))
+
+
+# ---- ingest ---------------------------------------------------------------------------------------------------
+def _print_report(report: dict[str, Any]) -> None:
+    d = report["documents"]
+    t = Table(title=f"ingest run {report['run_id']}", show_header=False)
+    t.add_row("input files", f"{report['inputs']['files']} ({report['inputs']['unreadable_files']} unreadable, "
+              f"{len(report['inputs']['skipped_files'])} skipped: unsupported type)")
+    t.add_row("documents read", str(d["read"]))
+    t.add_row("kept", str(d["kept"]))
+    for reason, n in d["dropped"].items():
+        t.add_row(f"dropped: {reason}", str(n))
+    t.add_row("counts reconcile", "yes" if report["reconciled"] else "NO")
+    t.add_row("chunks / embeddings", f"{report['chunks']} / {report['embeddings']}")
+    t.add_row("bytes replaced in decoding", str(report["decode_replacements"]["bytes"]))
+    t.add_row("dataset / index version", f"{report.get('dataset_version')} / {report.get('index_version', '-')}")
+    t.add_row("wall time", f"{report['wall_s']:.1f} s")
+    out.print(t)
+    s = Table("stage", "rows in", "rows out", "busy s", "wall s", "rows/s", title="stages")
+    for name, st in report["stages"].items():
+        rate = st["rows_in"] / st["wall_s"] if st["wall_s"] else 0
+        s.add_row(name, str(st["rows_in"]), str(st["rows_out"]), f"{st['busy_s']:.2f}", f"{st['wall_s']:.2f}",
+                  f"{rate:.1f}")
+    out.print(s)
+    for q in report["quarantined"]:
+        out.print(f"[yellow]quarantined[/] {q['source']}: {q['reason']} → {q['path']}")
+    if report.get("note"):
+        out.print(report["note"])
+
+
+def _wait_for_run(service: Any, run_id: str, quiet: bool) -> dict[str, Any]:
+    import ray
+
+    last = ""
+    while True:
+        st = ray.get(service.status.remote(run_id))
+        if st["state"] in ("succeeded", "failed"):
+            return st
+        if not quiet:
+            if st["state"] == "queued":
+                line = f"queued (position {st.get('queue_position')})"
+            else:
+                p = st.get("progress") or {}
+                stages = " | ".join(f"{k} {int(v['rows_out'])}" for k, v in (p.get("stages") or {}).items())
+                line = f"running {p.get('elapsed_s', 0):.0f}s: {stages or 'starting'}"
+            if line != last:
+                err.print(f"[dim]{run_id}[/] {line}")
+                last = line
+        time.sleep(1.0)
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    paths: Annotated[list[str], typer.Argument(help="Files, directories or globs (local or s3:// / gs://).")],
+    detach: Annotated[bool, typer.Option(help="Queue the run and print its id without waiting.")] = False,
+    in_process: Annotated[bool, typer.Option(help="Run the pipeline from this process instead of the "
+                                             "IngestService (for `ray job submit` entrypoints).")] = False,
+    index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Ingest documents through the IngestService and print the run's report."""
+    import ray
+
+    from app.ingest.pipeline import run_ingest
+    from app.services.ingest import get_or_start
+
+    c: Context = ctx.obj
+    local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]
+    _connect(c)
+    if in_process:
+        report = run_ingest(local, c.cfg, c.storage, build_index=index)
+    else:
+        service = get_or_start(c.storage)
+        run_id = ray.get(service.submit.remote(local, c.cfg.model_dump(), index))
+        if detach:
+            _print_json({"run_id": run_id}) if as_json else out.print(f"queued ingest run {run_id}")
+            return
+        st = _wait_for_run(service, run_id, quiet=as_json)
+        if st["state"] == "failed":
+            raise typer.Exit(_fail(f"ingest run {run_id} failed: {st['error']}"))
+        report = st["report"]
+    _print_json(report) if as_json else _print_report(report)
+
+
+def _fail(message: str, code: int = 1) -> int:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    return code
+
+
+# ---- index / search ------------------------------------------------------------------------------------------
+@index_app.command("build")
+def index_build(
+    ctx: typer.Context,
+    dataset: Annotated[int | None, typer.Option(help="Dataset version. [default: latest]")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Build an index version (FAISS + BM25) from a dataset version."""
+    from app.index.build import build_index
+
+    c: Context = ctx.obj
+    m = build_index(c.storage, c.cfg, dataset)
+    info = {"index_version": m.version, "dataset_version": m.parent, "chunks": m.counts["chunks"],
+            "dense": m.extra["dense"]}
+    _print_json(info) if as_json else out.print(f"index version {m.version} from dataset version {m.parent}: "
+                                                f"{m.counts['chunks']} chunks, dense index {m.extra['dense']}")
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="What to look for.")],
+    mode: Annotated[str | None, typer.Option(help="dense | lexical | hybrid. [default: search.mode]")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Results. [default: search.top_k]")] = None,
+    source: Annotated[list[str] | None, typer.Option(help="Only sources matching this glob (repeatable).")] = None,
+    index: Annotated[int | None, typer.Option(help="Index version. [default: latest]")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Search the latest index version and print ranked chunks with their sources."""
+    from app.index.search import Index, Searcher
+
+    c: Context = ctx.obj
+    if mode not in (None, "dense", "lexical", "hybrid"):
+        raise ValueError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
+    if k is not None and not 1 <= k <= 1000:
+        raise ValueError(f"-k must be between 1 and 1000, not {k}")
+    searcher = Searcher(Index.load(c.storage, index), c.cfg.search)
+    hits = searcher.search(question, mode, k, source)  # type: ignore[arg-type]
+    if as_json:
+        _print_json({"index_version": searcher.index.version, "hits": [h.to_dict() for h in hits]})
+        return
+    _print_hits(question, hits, searcher.index.version)
+
+
+def _print_hits(question: str, hits: list[Any], version: int) -> None:
+    out.print(f"[bold]{question}[/]  (index version {version})")
+    if not hits:
+        out.print("no results")
+    for h in hits:
+        snippet = " ".join(h.text.split())[:240]
+        out.print(f"[bold][{h.rank}][/] {h.title or h.doc_id}  [dim]score {h.score:.4f}[/]\n"
+                  f"    source: {h.source} (chars {h.start_char}-{h.end_char})\n    {snippet}…", highlight=False)
+
+
+# ---- status ----------------------------------------------------------------------------------------------------
+@app.command()
+def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Ingest runs and the catalog's dataset and index versions."""
+    from app.catalog import Catalog
+
+    c: Context = ctx.obj
+    catalog = Catalog(c.storage)
+    runs = catalog.runs()
+    versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
+                       for m in catalog.versions(kind)] for kind in ("datasets", "indexes")}
+    if as_json:
+        _print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
+            "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions})
+        return
+    out.print(f"storage: {c.storage.uri}")
+    t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
+    for r in runs:
+        rep = r.get("report") or {}
+        t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), str(rep.get("dataset_version", "-")),
+                  str(rep.get("index_version", "-")), str((rep.get("documents") or {}).get("kept", "-")))
+    out.print(t)
+    for kind, items in versions.items():
+        v = Table("version", "created", "from", "documents", "chunks", title=kind)
+        for m in items:
+            v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
+                      str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
+        out.print(v)
+
+
+# ---- eval ------------------------------------------------------------------------------------------------------
+@eval_app.command("retrieval")
+def eval_retrieval(
+    ctx: typer.Context,
+    dataset: Annotated[Path, typer.Option(help="BEIR-style directory: corpus.jsonl, queries.jsonl, qrels/.")],
+    split: Annotated[str, typer.Option(help="qrels split.")] = "dev",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """nDCG@10 and recall@100 of dense, BM25 and hybrid search on a BEIR-style dataset."""
+    from app.eval.retrieval import evaluate_retrieval
+
+    c: Context = ctx.obj
+    _connect(c)
+    result = evaluate_retrieval(dataset, split, c.storage.uri, c.cfg)
+    if as_json:
+        _print_json(result)
+        return
+    t = Table("mode", "nDCG@10", "recall@100",
+              title=f"{result['dataset']} {result['split']} ({result['queries']} queries)")
+    for mode, m in result["modes"].items():
+        t.add_row(mode, f"{m['ndcg@10']:.4f}", f"{m['recall@100']:.4f}")
+    out.print(t)
+
+
+# ---- demo ------------------------------------------------------------------------------------------------------
+def write_demo_corpus(directory: Path) -> Path:
+    """The Python language reference topics that ship with CPython (pydoc_data), one markdown file each."""
+    from pydoc_data.topics import topics
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in sorted(topics.items()):
+        target = directory / f"{name}.md"
+        body = f"# {name}\n\n{text}"
+        if not target.exists() or target.read_text(encoding="utf-8") != body:
+            target.write_text(body, encoding="utf-8")
+    return directory
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Option(help="The question to answer at the end.")] = DEMO_QUESTION,
+) -> None:
+    """The main job on the embedded default: local Ray, ingest the Python reference topics, index, search."""
+    c: Context = ctx.obj
+    if not c.storage.is_local:
+        raise ValueError("the demo writes its corpus under the storage root: use a local --storage")
+    corpus = write_demo_corpus(c.storage.local_path("demo-corpus"))
+    out.print(f"[bold]1/3[/] demo corpus: {len(list(corpus.glob('*.md')))} Python reference topics in {corpus}")
+    out.print("[bold]2/3[/] ingesting through the IngestService (Ray Data pipeline → dataset + index version)")
+    ingest(ctx, [str(corpus)], detach=False, in_process=False, index=True, as_json=False)
+    out.print("[bold]3/3[/] searching (hybrid: FAISS + BM25, reciprocal rank fusion)")
+    search(ctx, question, mode=None, k=5, source=None, index=None, as_json=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except ValueError as e:
+        sys.exit(_fail(str(e), 2))
+    except RuntimeError as e:  # IngestError and Ray start-up failures: the message says what to do
+        sys.exit(_fail(str(e), 1))
+
+
+if __name__ == "__main__":
+    main()

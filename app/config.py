@@ -1,0 +1,220 @@
+"""Typed configuration: one pydantic model per component, composed into `AppConfig`.
+
+Loaded once at the edge (CLI, job entrypoint) from YAML, with dotted `key=value` overrides on top, and passed
+down as objects. Unknown keys are errors (`extra="forbid"`), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ReadConfig(_Config):
+    """How input files become documents."""
+
+    id_fields: list[str] = Field(
+        default=["id", "_id", "doc_id"],
+        description="Record fields (jsonl/parquet) tried in order for a given document id. "
+        "Without one, the id is derived from source + content.",
+    )
+    text_fields: list[str] = Field(
+        default=["text", "content", "body"], description="Record fields tried in order for the document text."
+    )
+    title_fields: list[str] = Field(default=["title"], description="Record fields tried in order for a title.")
+    max_error_fraction: float = Field(
+        default=0.25,
+        ge=0.0,
+        le=1.0,
+        description="Largest fraction of input files that may be unreadable (quarantined) before the run fails.",
+    )
+
+
+class NormalizeConfig(_Config):
+    """Text clean-up before deduplication."""
+
+    min_chars: int = Field(
+        default=1, ge=1, description="Documents with fewer characters than this after normalisation are 'empty'."
+    )
+
+
+class DedupConfig(_Config):
+    """Exact and near-duplicate removal, across the run and against the latest published dataset."""
+
+    exact: bool = Field(default=True, description="Drop documents whose normalised text hash was already seen.")
+    near: bool = Field(default=True, description="Drop near copies found with MinHash LSH.")
+    near_threshold: float = Field(
+        default=0.8, gt=0.0, lt=1.0, description="Estimated Jaccard similarity of word shingles above which a "
+        "document is a near copy."
+    )
+    num_perm: int = Field(default=128, ge=16, le=1024, description="MinHash permutations (signature length).")
+    shingle_words: int = Field(default=5, ge=1, le=20, description="Words per shingle.")
+
+
+class ChunkConfig(_Config):
+    """Chunking by the embedder's tokens."""
+
+    chunk_tokens: int = Field(default=224, ge=16, description="Tokens per chunk (the embedder's tokenizer).")
+    overlap_tokens: int = Field(default=32, ge=0, description="Tokens shared by consecutive chunks.")
+
+    @model_validator(mode="after")
+    def _overlap_smaller(self) -> ChunkConfig:
+        if self.overlap_tokens >= self.chunk_tokens:
+            raise ValueError(
+                f"chunk.overlap_tokens ({self.overlap_tokens}) must be smaller than chunk.chunk_tokens "
+                f"({self.chunk_tokens})"
+            )
+        return self
+
+
+class EmbedConfig(_Config):
+    """The embedding model and how it runs in the pipeline."""
+
+    model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="'all-MiniLM-L6-v2' (packaged, offline), a local directory, or a Hugging Face hub id.",
+    )
+    batch_size: int = Field(default=128, ge=1, description="Chunks per map_batches call of one embedding actor.")
+    encode_batch_size: int = Field(default=32, ge=1, description="Sequences per forward pass inside an actor.")
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Embedding actors. None: one per CPU the cluster has (per GPU with num_gpus)."
+    )
+    num_cpus: float = Field(
+        default=0.75, gt=0, description="CPUs each embedding actor reserves; torch uses round(num_cpus) threads (at "
+        "least 1). Just under 1 so one actor per core still leaves room for the cheap stages' tasks."
+    )
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs each embedding actor reserves; >0 runs on CUDA.")
+    include_title: bool = Field(
+        default=True, description="Prefix each chunk with its document title when embedding and indexing."
+    )
+
+
+class IngestConfig(_Config):
+    """The streaming ingestion pipeline."""
+
+    read: ReadConfig = Field(default_factory=ReadConfig)
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    chunk: ChunkConfig = Field(default_factory=ChunkConfig)
+    embed: EmbedConfig = Field(default_factory=EmbedConfig)
+    light_stage_num_cpus: float = Field(
+        default=0.1, gt=0, description="CPUs reserved by each task of the cheap stages (parse, normalise, chunk), "
+        "so the embedding actors keep the cores."
+    )
+    rows_per_file: int = Field(default=50_000, ge=1, description="Most chunk rows in one parquet shard.")
+
+
+class IndexConfig(_Config):
+    """How an index version is built from a dataset version."""
+
+    exact_max_vectors: int = Field(
+        default=200_000, ge=1, description="Up to this many vectors the dense index is exact inner product "
+        "(faiss IndexFlatIP); beyond it the `ann` index is built."
+    )
+    ann: Literal["hnsw", "ivf"] = Field(default="hnsw", description="Approximate index for large corpora.")
+    hnsw_m: int = Field(default=32, ge=4, description="HNSW graph degree.")
+    hnsw_ef_construction: int = Field(default=200, ge=8, description="HNSW build-time beam width.")
+    hnsw_ef_search: int = Field(default=128, ge=8, description="HNSW query-time beam width.")
+    ivf_nlist: int | None = Field(default=None, ge=1, description="IVF lists. None: 4·sqrt(vectors).")
+    ivf_nprobe: int = Field(default=16, ge=1, description="IVF lists probed per query.")
+    bm25_k1: float = Field(default=1.5, gt=0, description="BM25 term-frequency saturation.")
+    bm25_b: float = Field(default=0.75, ge=0, le=1, description="BM25 length normalisation.")
+    stopwords: str | None = Field(default="en", description="bm25s stopword list ('en') or none.")
+
+
+class SearchConfig(_Config):
+    """Query-time retrieval."""
+
+    mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid", description="Default search mode.")
+    top_k: int = Field(default=10, ge=1, le=1000, description="Results returned.")
+    candidates: int = Field(default=100, ge=1, le=10_000, description="Hits each retriever contributes to fusion.")
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant: score = Σ w / (rrf_k + rank).")
+    dense_weight: float = Field(default=1.0, ge=0, description="RRF weight of the dense ranking.")
+    lexical_weight: float = Field(default=1.0, ge=0, description="RRF weight of the BM25 ranking.")
+
+
+class AppConfig(_Config):
+    """Everything Ragline reads from a config file."""
+
+    storage: str | None = Field(
+        default=None, description="Storage root: a local path or a pyarrow.fs URI (s3://, gs://). "
+        "None: RAGLINE_STORAGE or ./.ragline."
+    )
+    ray_address: str | None = Field(default=None, description="Ray address. None: RAY_ADDRESS or a local Ray.")
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    index: IndexConfig = Field(default_factory=IndexConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ValueError(f"override {dotted!r}: {part!r} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """`["ingest.chunk.chunk_tokens=128", ...]` → a nested dict; values are parsed as YAML scalars."""
+    tree: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r} is not KEY=VALUE (for example ingest.chunk.chunk_tokens=128)")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw))
+    return tree
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid config ({source}):"]
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {where}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:
+    """Read YAML (if given), apply dotted overrides, validate. Raises ValueError naming file and field."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"config file {p} does not exist")
+        source = str(p)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ValueError(f"config file {p} is not valid YAML: {e}") from e
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"config file {p} must hold a mapping at the top level, not {type(loaded).__name__}")
+        data = loaded
+    if overrides:
+        data = _merge(data, parse_overrides(overrides))
+        source += " + overrides"
+    try:
+        return AppConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(format_validation_error(e, source)) from e

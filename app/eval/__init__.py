@@ -1,0 +1,1 @@
+"""Retrieval quality evaluation on BEIR-format datasets (nDCG@k, recall@k)."""

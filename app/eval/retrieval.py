@@ -1,0 +1,87 @@
+"""Retrieval quality of Ragline's search on a BEIR dataset: ingest its corpus into a dedicated storage root,
+then mean nDCG@k and recall@k per search mode, with chunk hits collapsed to documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ray
+from tqdm import tqdm
+
+from app.catalog import Catalog
+from app.config import AppConfig
+from app.eval.beir import load_beir
+from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
+from app.storage import Storage
+
+MODES = ("dense", "lexical", "hybrid")
+
+
+def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[str, Any]:
+    """Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
+    an index. Returns the ingest report."""
+    from app.index.build import build_index
+    from app.ingest.pipeline import run_ingest
+
+    corpus = dataset_dir / "corpus.jsonl"
+    if not corpus.is_file():
+        raise ValueError(f"{corpus} is missing (a BEIR dataset needs corpus.jsonl)")
+    eval_cfg = cfg.model_copy(deep=True)
+    # BEIR qrels refer to every corpus document by id: dedup must not drop any (scifact, for one, has
+    # near-identical abstracts that are judged separately), or relevant documents become unretrievable.
+    eval_cfg.ingest.dedup.exact = False
+    eval_cfg.ingest.dedup.near = False
+    if not ray.is_initialized():
+        ray.init(address=cfg.ray_address)
+    report = run_ingest([str(corpus)], eval_cfg, storage, build_index=True)
+    catalog = Catalog(storage)
+    dataset, index = catalog.latest("datasets"), catalog.latest("indexes")
+    if dataset is not None and (index is None or index.parent != dataset.version):
+        # An earlier run published the dataset but did not get to its index (interrupted): build it now.
+        build_index(storage, eval_cfg, dataset.version)
+    return report
+
+
+def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: AppConfig,
+                       modes: tuple[str, ...] | list[str] = MODES, k_ndcg: int = 10,
+                       k_recall: int = 100, progress: bool = True) -> dict[str, Any]:
+    """Mean nDCG@k_ndcg and recall@k_recall per mode over the split's judged queries.
+
+    The corpus goes into `{storage_root}/eval/{dataset name}`, never the user's own storage root. Each mode
+    retrieves 3·k_recall chunks per query (several chunks may come from one document), collapsed to
+    documents."""
+    from app.index.search import Index, Searcher
+
+    dataset_dir = Path(dataset_dir)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown search mode(s) {bad}; choose from {list(MODES)}")
+    queries, qrels = load_beir(dataset_dir, split)
+    if not queries:
+        raise ValueError(f"{dataset_dir}: split {split!r} has no query with a relevant document")
+    storage = Storage(f"{storage_root.rstrip('/')}/eval/{dataset_dir.name}")
+    ingest = ensure_index(dataset_dir, storage, cfg)
+
+    index = Index.load(storage)
+    searcher = Searcher(index, cfg.search)
+    qids = list(queries)
+    vectors = searcher.embed([queries[q] for q in qids])
+    n_chunks = 3 * max(k_recall, k_ndcg)
+    per_mode: dict[str, dict[str, list[float]]] = {m: {"ndcg": [], "recall": []} for m in modes}
+    for qid, vec in tqdm(list(zip(qids, vectors, strict=True)), desc=f"eval {dataset_dir.name}/{split}",
+                         unit="query", disable=not progress):
+        for mode in modes:
+            hits = index.search(queries[qid], vec, mode, n_chunks, cfg.search)  # type: ignore[arg-type]
+            ranked = collapse_to_docs([h.doc_id for h in hits])
+            per_mode[mode]["ndcg"].append(ndcg_at_k(ranked, qrels[qid], k_ndcg))
+            per_mode[mode]["recall"].append(recall_at_k(ranked, qrels[qid], k_recall))
+    return {
+        "dataset": dataset_dir.name,
+        "split": split,
+        "queries": len(qids),
+        "index_version": index.version,
+        "ingest_note": ingest.get("note"),
+        "modes": {m: {f"ndcg@{k_ndcg}": round(mean(v["ndcg"]), 4),
+                      f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()},
+    }

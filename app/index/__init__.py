@@ -1,0 +1,1 @@
+"""Index versions (FAISS + BM25) built from dataset versions, and search over them."""

@@ -1,0 +1,96 @@
+"""Build an index version from a dataset version: FAISS (dense) + BM25 (bm25s) + the chunk table they point into.
+
+Row i of `chunks.parquet` is vector i of `dense.faiss` and document i of the BM25 index; rows are sorted by
+chunk id so the same dataset always gives the same index.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from app.catalog import Catalog, Manifest, now_iso
+from app.config import AppConfig, IndexConfig
+from app.ingest.stages import embed_text
+from app.storage import Storage
+
+CHUNK_COLUMNS = ["chunk_id", "doc_id", "chunk_index", "source", "title", "text", "start_char", "end_char",
+                 "metadata"]
+
+
+def load_chunks(storage: Storage, dataset: Manifest) -> pa.Table:
+    """All chunk rows of a dataset version (with embeddings), sorted by chunk id."""
+    tables = []
+    for f in dataset.files:
+        if not f.path.endswith("documents.parquet"):
+            with storage.fs.open_input_file(storage.path(f.path)) as fh:
+                tables.append(pq.read_table(fh, columns=[*CHUNK_COLUMNS, "embedding"]))
+    table = pa.concat_tables(tables)
+    return table.take(pc.sort_indices(table, sort_keys=[("chunk_id", "ascending")]))
+
+
+def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, dict[str, Any]]:
+    """Exact inner product (vectors are normalised: cosine) up to `exact_max_vectors`, else HNSW or IVF."""
+    n, dim = vectors.shape
+    if n <= cfg.exact_max_vectors:
+        index: faiss.Index = faiss.IndexFlatIP(dim)
+        params: dict[str, Any] = {"type": "flat"}
+    elif cfg.ann == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = cfg.hnsw_ef_construction
+        params = {"type": "hnsw", "m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction,
+                  "ef_search": cfg.hnsw_ef_search}
+    else:
+        nlist = cfg.ivf_nlist or max(1, int(4 * math.sqrt(n)))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        params = {"type": "ivf", "nlist": nlist, "nprobe": cfg.ivf_nprobe}
+    index.add(vectors)
+    return index, params
+
+
+def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None) -> Manifest:
+    import bm25s
+
+    catalog = Catalog(storage)
+    dataset = catalog.resolve("datasets", dataset_version)
+    t0 = time.perf_counter()
+    table = load_chunks(storage, dataset)
+    n = table.num_rows
+    assert n > 0, f"dataset version {dataset.version} has no chunks"
+    vectors = np.asarray(table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False),
+                         dtype=np.float32).reshape(n, -1)
+    index, dense_params = dense_index(vectors, cfg.index)
+    include_title = bool(dataset.config.get("embed", {}).get("include_title", True))
+    texts = [embed_text(t, x, include_title) for t, x in
+             zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)]
+    bm25 = bm25s.BM25(k1=cfg.index.bm25_k1, b=cfg.index.bm25_b)
+    bm25.index(bm25s.tokenize(texts, stopwords=cfg.index.stopwords, show_progress=False), show_progress=False)
+    build_s = time.perf_counter() - t0
+
+    staging = f"indexes/staging-{dataset.version}-{time.time_ns()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        faiss.write_index(index, str(d / "dense.faiss"))
+        bm25.save(str(d / "bm25"), show_progress=False)
+        pq.write_table(table.select(CHUNK_COLUMNS), d / "chunks.parquet")
+        written = storage.upload_dir(d, staging)
+    manifest = Manifest(
+        kind="indexes", version=0, created_at=now_iso(), parent=dataset.version, inputs=dataset.inputs,
+        embedder=dataset.embedder,
+        counts={"chunks": n, "documents": len(set(table.column("doc_id").to_pylist()))},
+        files=[catalog.file_entry(f) for f in written],
+        config=cfg.index.model_dump(),
+        extra={"dense": dense_params, "include_title": include_title, "build_s": round(build_s, 3),
+               "dir": staging},
+    )
+    return catalog.publish(manifest)

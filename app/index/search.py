@@ -1,0 +1,159 @@
+"""Search an index version: dense (FAISS), lexical (BM25) or hybrid (weighted reciprocal rank fusion),
+top-k, optionally restricted to sources matching glob patterns."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import faiss
+import numpy as np
+import pyarrow.parquet as pq
+
+from app.catalog import Catalog, Manifest
+from app.config import SearchConfig
+from app.index.fusion import rrf
+from app.storage import Storage
+
+Mode = Literal["dense", "lexical", "hybrid"]
+
+
+@dataclass
+class Hit:
+    rank: int
+    score: float
+    chunk_id: str
+    doc_id: str
+    chunk_index: int
+    source: str
+    title: str
+    text: str
+    start_char: int
+    end_char: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Index:
+    """A loaded index version. Thread-safe for concurrent searches (FAISS and bm25s only read)."""
+
+    def __init__(self, manifest: Manifest, directory: Path):
+        import bm25s
+
+        self.manifest = manifest
+        self.version = manifest.version
+        self.dense = faiss.read_index(str(directory / "dense.faiss"))
+        self.bm25 = bm25s.BM25.load(str(directory / "bm25"), show_progress=False)
+        self.chunks = pq.read_table(directory / "chunks.parquet").to_pylist()
+        self.sources = [c["source"] for c in self.chunks]
+        self.stopwords = manifest.config.get("stopwords", "en")
+        dense_params = manifest.extra.get("dense", {})
+        self.ef_search = dense_params.get("ef_search")
+        self.nprobe = dense_params.get("nprobe")
+        assert self.dense.ntotal == len(self.chunks), "index files disagree on the number of chunks"
+
+    @classmethod
+    def load(cls, storage: Storage, version: int | None = None, verify: bool = True) -> Index:
+        """Latest (or given) index version; remote storage is mirrored to a local cache first."""
+        catalog = Catalog(storage)
+        manifest = catalog.resolve("indexes", version)
+        if verify and (bad := catalog.verify(manifest)):
+            raise ValueError(f"index version {manifest.version} is damaged: {'; '.join(bad)}")
+        rel = manifest.extra["dir"]
+        if storage.is_local:
+            return cls(manifest, storage.local_path(rel))
+        key = hashlib.sha256(f"{storage.uri}/{rel}".encode()).hexdigest()[:16]
+        cache = Path(tempfile.gettempdir()) / "ragline-index-cache" / key
+        if not (cache / "chunks.parquet").exists():
+            storage.download_dir(rel, cache)
+        return cls(manifest, cache)
+
+    def allowed(self, sources: list[str] | None) -> np.ndarray | None:
+        """Row ids whose source matches any glob pattern (None: no filter)."""
+        if not sources:
+            return None
+        return np.array([i for i, s in enumerate(self.sources) if any(fnmatch.fnmatch(s, p) for p in sources)],
+                        dtype=np.int64)
+
+    def dense_search(self, vector: np.ndarray, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+        k = min(k, len(self.chunks) if allowed is None else len(allowed))
+        if k <= 0:
+            return []
+        sel = faiss.IDSelectorBatch(allowed) if allowed is not None else None
+        if isinstance(self.dense, faiss.IndexHNSW):
+            params: faiss.SearchParameters = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k))
+        elif isinstance(self.dense, faiss.IndexIVF):
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe)
+        else:
+            params = faiss.SearchParameters(sel=sel)
+        scores, ids = self.dense.search(vector.reshape(1, -1).astype(np.float32), k, params=params)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
+
+    def lexical_search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+        import bm25s
+
+        k = min(k, len(self.chunks) if allowed is None else len(allowed))
+        tokens = bm25s.tokenize([query], stopwords=self.stopwords, show_progress=False)
+        if k <= 0 or not tokens.ids[0]:  # a query of only stopwords matches nothing lexically
+            return []
+        mask = None
+        if allowed is not None:
+            mask = np.zeros(len(self.chunks), dtype=np.float32)
+            mask[allowed] = 1.0
+        ids, scores = self.bm25.retrieve(tokens, k=k, show_progress=False, weight_mask=mask, n_threads=1)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
+
+    def search(self, query: str, vector: np.ndarray | None, mode: Mode, k: int, cfg: SearchConfig,
+               sources: list[str] | None = None) -> list[Hit]:
+        """`vector` is the query's normalised embedding (needed for dense and hybrid)."""
+        allowed = self.allowed(sources)
+        if mode == "lexical":
+            ranked = self.lexical_search(query, k, allowed)
+        else:
+            assert vector is not None, f"{mode} search needs the query embedding"
+            if mode == "dense":
+                ranked = self.dense_search(vector, k, allowed)
+            else:
+                n = max(k, cfg.candidates)
+                dense = [i for i, _ in self.dense_search(vector, n, allowed)]
+                lexical = [i for i, _ in self.lexical_search(query, n, allowed)]
+                ranked = rrf([dense, lexical], [cfg.dense_weight, cfg.lexical_weight], cfg.rrf_k)[:k]
+        return [self._hit(rank, i, score) for rank, (i, score) in enumerate(ranked[:k], start=1)]
+
+    def _hit(self, rank: int, row: int, score: float) -> Hit:
+        c = self.chunks[row]
+        return Hit(rank=rank, score=score, chunk_id=c["chunk_id"], doc_id=c["doc_id"],
+                   chunk_index=c["chunk_index"], source=c["source"], title=c["title"], text=c["text"],
+                   start_char=c["start_char"], end_char=c["end_char"])
+
+
+class Searcher:
+    """An index plus the embedder it was built with: question in, hits out."""
+
+    def __init__(self, index: Index, cfg: SearchConfig):
+        from app.models import embedder
+
+        name, revision = index.manifest.embedder.name, index.manifest.embedder.revision
+        if embedder.revision(name) != revision:
+            raise ValueError(f"index version {index.version} was built with {name} ({revision}); the installed "
+                             f"model is {embedder.revision(name)}")
+        self.index, self.cfg = index, cfg
+        self.model = embedder.load(name)
+
+    def embed(self, queries: list[str]) -> np.ndarray:
+        """(len(queries), dim) normalised float32."""
+        return np.asarray(self.model.encode(queries, normalize_embeddings=True, convert_to_numpy=True,
+                                            show_progress_bar=False), dtype=np.float32)
+
+    def search(self, query: str, mode: Mode | None = None, k: int | None = None,
+               sources: list[str] | None = None) -> list[Hit]:
+        if not query.strip():
+            raise ValueError("the question is empty")
+        mode = mode or self.cfg.mode
+        vector = None if mode == "lexical" else self.embed([query])[0]
+        return self.index.search(query, vector, mode, k or self.cfg.top_k, self.cfg, sources)

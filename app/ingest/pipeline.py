@@ -1,0 +1,193 @@
+"""One ingest run, end to end, on the current Ray: streaming Ray Data pipeline → segment files → dataset version
+(→ index version). Called in-process by the IngestService, by `ragline ingest --in-process` and by Ray jobs."""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from app.catalog import Catalog, Manifest, now_iso
+from app.config import AppConfig
+from app.ingest import stages
+from app.ingest.inputs import Inputs, expand
+from app.models import embedder
+from app.storage import Storage
+
+OnStart = Callable[[Any], None]  # receives the run's RunLedger handle, for live progress
+
+
+BLOCK_BYTES = 128 << 10  # 128 KiB ≈ 100 chunks of ~220 tokens: one embedding batch per block
+
+
+class IngestError(RuntimeError):
+    """The run failed for a reason the user can act on (the message says which files)."""
+
+
+def new_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def _embed_concurrency(cfg: AppConfig) -> int:
+    e = cfg.ingest.embed
+    if e.concurrency:
+        return e.concurrency
+    res = ray.cluster_resources()
+    if e.num_gpus > 0:
+        return max(1, int(res.get("GPU", 0) / e.num_gpus))
+    # One actor per core: leaves the fraction each actor does not reserve for the cheap stages' tasks.
+    return max(1, math.floor(res.get("CPU", 1)))
+
+
+def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any) -> ray.data.Dataset:
+    """The lazy Ray Data pipeline; nothing runs until it is written."""
+    ic = cfg.ingest
+    light = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
+    model_path = embedder.resolve(ic.embed.model)
+    revision = embedder.revision(ic.embed.model)
+    threads = max(1, round(ic.embed.num_cpus))
+    # Small blocks (≈ a few embedding batches each) so every embedding actor has work: one big input file would
+    # otherwise flow through the pipeline as one block and keep a single actor busy.
+    ray.data.DataContext.get_current().target_max_block_size = BLOCK_BYTES
+    ds = ray.data.read_binary_files(inputs.files, include_paths=True, filesystem=inputs.filesystem,
+                                    num_cpus=ic.light_stage_num_cpus)
+    ds = ds.map_batches(stages.parse_files, batch_size=8, **light,
+                        fn_kwargs={"ledger": ledger, "cfg": ic.model_dump(), "storage_uri": storage.uri,
+                                   "run_id": run_id, "uri_prefix": inputs.uri_prefix})
+    ds = ds.map_batches(stages.normalize_docs, batch_size=256, **light,
+                        fn_kwargs={"ledger": ledger, "min_chars": ic.normalize.min_chars})
+    ds = ds.map_batches(stages.exact_dedup, batch_size=256, **light, fn_kwargs={"ledger": ledger})
+    ds = ds.map_batches(stages.minhash, batch_size=256, **light,
+                        fn_kwargs={"ledger": ledger, "num_perm": ic.dedup.num_perm,
+                                   "shingle_words": ic.dedup.shingle_words})
+    ds = ds.map_batches(stages.near_dedup, batch_size=256, **light, fn_kwargs={"ledger": ledger})
+    ds = ds.map_batches(stages.chunk_docs, batch_size=64, **light,
+                        fn_kwargs={"ledger": ledger, "model": ic.embed.model, "revision": revision,
+                                               "chunk_tokens": ic.chunk.chunk_tokens,
+                                               "overlap_tokens": ic.chunk.overlap_tokens})
+    ds = ds.map_batches(stages.Embedder, batch_size=ic.embed.batch_size, batch_format="pyarrow",
+                        compute=ray.data.ActorPoolStrategy(size=_embed_concurrency(cfg)), num_cpus=ic.embed.num_cpus,
+                        num_gpus=ic.embed.num_gpus or None,
+                        fn_constructor_kwargs={"ledger": ledger, "model": model_path,
+                                               "encode_batch_size": ic.embed.encode_batch_size,
+                                               "include_title": ic.embed.include_title,
+                                               "device": "cuda" if ic.embed.num_gpus > 0 else "cpu",
+                                               "threads": threads})
+    return ds
+
+
+def _documents_files(previous: Manifest | None) -> list[str]:
+    return [f.path for f in previous.files if f.path.endswith("documents.parquet")] if previous else []
+
+
+def reconcile(snap: dict[str, Any]) -> bool:
+    return snap["documents_read"] == snap["kept"] + sum(snap["dropped"].values())
+
+
+def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
+               build_index: bool = True, on_start: OnStart | None = None) -> dict[str, Any]:
+    """Ingest `paths`; returns the run report. Publishes a dataset version when anything new was kept, then an
+    index version from it. Raises ValueError for bad inputs and IngestError when too many files are unreadable."""
+    run_id = run_id or new_run_id()
+    inputs = expand(paths)
+    catalog = Catalog(storage)
+    previous = catalog.latest("datasets")
+    if previous and (previous.embedder.name, previous.embedder.revision) != (
+            cfg.ingest.embed.model, embedder.revision(cfg.ingest.embed.model)):
+        raise ValueError(f"dataset version {previous.version} was embedded with {previous.embedder.name} "
+                         f"({previous.embedder.revision}); ingest.embed.model is {cfg.ingest.embed.model}: "
+                         "use another storage root for another embedder")
+    t0 = time.time()
+    ledger = stages.RunLedger.remote(run_id, cfg.ingest.model_dump(), storage.uri, _documents_files(previous))
+    if on_start:
+        on_start(ledger)
+    segment = f"datasets/segments/{run_id}"
+    ds = build_dataset(inputs, cfg, storage, run_id, ledger)
+    ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file)
+    snap = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits once its last handle is dropped
+    chunk_files = [f for f in storage.list_files(segment) if f.endswith(".parquet")]
+    report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0)
+    if not reconcile(snap):
+        raise AssertionError(f"ingest counts do not reconcile: {report['documents']}")
+    files = inputs.files
+    if snap["files"]["unreadable"] > cfg.ingest.read.max_error_fraction * len(files):
+        names = "; ".join(f"{q['source']}: {q['reason']}" for q in snap["quarantined"])
+        raise IngestError(f"{snap['files']['unreadable']} of {len(files)} input files are unreadable (more than "
+                          f"ingest.read.max_error_fraction={cfg.ingest.read.max_error_fraction}); no version was "
+                          f"published. Unreadable: {names}")
+    storage.write_bytes(f"runs/ingest/{run_id}.drops.parquet", _parquet_bytes(snap["drops"], _DROPS_SCHEMA))
+    if report["chunks"] == 0:
+        report["dataset_version"] = previous.version if previous else None
+        report["note"] = "nothing new to add: no version published"
+        return report
+    docs_rel = f"{segment}/documents.parquet"
+    storage.write_bytes(docs_rel, _parquet_bytes(snap["kept_documents"], stages.DOCUMENTS_FILE_SCHEMA))
+    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report)
+    report["dataset_version"] = manifest.version
+    if build_index:
+        from app.index.build import build_index as build
+
+        report["index_version"] = build(storage, cfg, manifest.version).version
+    return report
+
+
+_DROPS_SCHEMA = pa.schema([(k, pa.string()) for k in ("reason", "source", "doc_id", "duplicate_of", "detail")])
+
+
+def _parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage, chunk_files: list[str],
+            wall: float) -> dict[str, Any]:
+    rows_written = sum(pq.ParquetFile(storage.fs.open_input_file(storage.path(f))).metadata.num_rows
+                       for f in chunk_files)
+    stage_rows = snap["stages"]
+    chunks = stage_rows.get("chunk", {}).get("rows_out", 0)
+    embeddings = stage_rows.get("embed", {}).get("rows_out", 0)
+    assert chunks == embeddings == rows_written, (chunks, embeddings, rows_written)
+    return {
+        "run_id": run_id,
+        "inputs": {"files": len(inputs.files), "unreadable_files": snap["files"]["unreadable"],
+                   "skipped_files": inputs.skipped},
+        "documents": {"read": snap["documents_read"], "kept": snap["kept"], "dropped": snap["dropped"]},
+        "reconciled": reconcile(snap),
+        "chunks": chunks,
+        "embeddings": embeddings,
+        "decode_replacements": snap["replaced"],
+        "quarantined": snap["quarantined"],
+        "near_duplicates": [d for d in snap["drops"] if d["reason"] == "near_duplicate"][:100],
+        "stages": {name: {"rows_in": int(s["rows_in"]), "rows_out": int(s["rows_out"]),
+                          "busy_s": round(s["seconds"], 3),
+                          "wall_s": round(s.get("last", s["first"]) - s["first"], 3)}
+                   for name, s in stage_rows.items()},
+        "wall_s": round(wall, 3),
+    }
+
+
+def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
+                     chunk_files: list[str], docs_rel: str, report: dict[str, Any]) -> Manifest:
+    new_files = [catalog.file_entry(f, rows=pq.ParquetFile(catalog.storage.fs.open_input_file(
+        catalog.storage.path(f))).metadata.num_rows) for f in [*chunk_files, docs_rel]]
+    prev_counts = previous.counts if previous else {}
+    dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
+        "embedding").type.list_size
+    manifest = Manifest(
+        kind="datasets", version=0, created_at=now_iso(), parent=previous.version if previous else None,
+        inputs=[inputs.source(f) for f in inputs.files], run_id=run_id,
+        embedder=embedder.info(cfg.ingest.embed.model, dim),
+        counts={"documents": prev_counts.get("documents", 0) + report["documents"]["kept"],
+                "chunks": prev_counts.get("chunks", 0) + report["chunks"]},
+        files=[*(previous.files if previous else []), *new_files],
+        config=cfg.ingest.model_dump(),
+        extra={"run_report": {k: report[k] for k in ("documents", "chunks", "embeddings")}},
+    )
+    return catalog.publish(manifest)

@@ -1,0 +1,292 @@
+"""The pipeline's stages as Ray Data map_batches UDFs, and the run ledger they all report to.
+
+Every stage reports (rows in, rows out, busy seconds) and every dropped document to one `RunLedger` actor, so
+counts reconcile across all workers and the dedup stages see the whole run (plus the latest published dataset),
+not one block at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+
+from app.config import IngestConfig
+from app.ingest import chunk as chunking
+from app.ingest.dedup import DedupIndex, signature
+from app.ingest.normalize import content_hash, derived_doc_id, normalize
+from app.ingest.parse import Unreadable, parse_file
+from app.storage import Storage
+
+DROP_REASONS = ("unreadable", "empty", "exact_duplicate", "duplicate_id", "near_duplicate")
+
+DOC_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("title", pa.string()),
+                        ("text", pa.string()), ("metadata", pa.string())])
+CHUNK_FIELDS = [("chunk_id", pa.string()), ("doc_id", pa.string()), ("chunk_index", pa.int32()),
+                ("source", pa.string()), ("title", pa.string()), ("text", pa.string()),
+                ("start_char", pa.int32()), ("end_char", pa.int32()), ("n_tokens", pa.int32()),
+                ("metadata", pa.string())]
+CHUNK_SCHEMA = pa.schema(CHUNK_FIELDS)
+DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("title", pa.string()),
+                                   ("content_hash", pa.string()), ("n_chars", pa.int64()),
+                                   ("minhash", pa.list_(pa.uint64())), ("run_id", pa.string())])
+
+
+@ray.remote(num_cpus=0)
+class RunLedger:
+    """Owned by the run's driver: dies with it, so a killed run leaves nothing behind but unreferenced files."""
+
+    def __init__(self, run_id: str, cfg: dict[str, Any], storage_uri: str, documents_files: list[str]):
+        self.run_id = run_id
+        self.cfg = IngestConfig.model_validate(cfg)
+        self.index = DedupIndex(threshold=self.cfg.dedup.near_threshold, num_perm=self.cfg.dedup.num_perm)
+        storage = Storage(storage_uri)
+        for rel in documents_files:  # documents of the latest published version: dedup against them too
+            with storage.fs.open_input_file(storage.path(rel)) as f:
+                prev = pq.read_table(f, columns=["doc_id", "content_hash", "minhash"]).to_pylist()
+            for row in prev:
+                sig = np.asarray(row["minhash"], dtype=np.uint64) if row["minhash"] else None
+                if sig is not None and len(sig) != self.cfg.dedup.num_perm:
+                    sig = None  # signatures from another num_perm cannot be compared
+                self.index.add(row["doc_id"], row["content_hash"], sig)
+        self.files = {"read": 0, "unreadable": 0}
+        self.read = 0
+        self.replaced = {"bytes": 0, "documents": 0}
+        self.drops: list[dict[str, str]] = []
+        self.quarantined: list[dict[str, str]] = []
+        self.kept: list[dict[str, Any]] = []
+        self.stages: dict[str, dict[str, float]] = {}
+        self.started = time.time()
+
+    def stage(self, name: str, rows_in: int, rows_out: int, seconds: float) -> None:
+        now = time.time()
+        s = self.stages.setdefault(name, {"rows_in": 0, "rows_out": 0, "seconds": 0.0, "first": now - seconds})
+        s["first"] = min(s["first"], now - seconds)
+        s["rows_in"] += rows_in
+        s["rows_out"] += rows_out
+        s["seconds"] += seconds
+        s["last"] = now
+
+    def files_read(self, n_files: int, n_docs: int, replaced_bytes: int, replaced_docs: int) -> None:
+        self.files["read"] += n_files
+        self.read += n_docs
+        self.replaced["bytes"] += replaced_bytes
+        self.replaced["documents"] += replaced_docs
+
+    def unreadable(self, items: list[dict[str, str]], file_level: bool) -> None:
+        self.read += len(items)
+        for it in items:
+            self.drops.append({"reason": "unreadable", "source": it["source"], "detail": it["reason"],
+                               "doc_id": "", "duplicate_of": ""})
+        if file_level:
+            self.files["unreadable"] += len(items)
+            self.quarantined.extend(items)
+
+    def dropped(self, items: list[dict[str, str]]) -> None:
+        self.drops.extend(items)
+
+    def check_exact(self, doc_ids: list[str], hashes: list[str], sources: list[str]) -> list[bool]:
+        keep = []
+        for doc_id, h, src in zip(doc_ids, hashes, sources, strict=True):
+            hit = self.index.check_exact(doc_id, h) if self.cfg.dedup.exact else None
+            if hit is None and not self.cfg.dedup.exact and doc_id in self.index.ids:
+                hit = ("duplicate_id", doc_id)  # ids must stay unique even with exact dedup off
+            if hit is None:
+                self.index.ids.add(doc_id)
+            else:
+                self.drops.append({"reason": hit[0], "source": src, "doc_id": doc_id, "duplicate_of": hit[1],
+                                   "detail": ""})
+            keep.append(hit is None)
+        return keep
+
+    def check_near(self, rows: list[dict[str, Any]]) -> list[bool]:
+        keep = []
+        for row in rows:
+            sig = np.asarray(row["minhash"], dtype=np.uint64)
+            dup = self.index.check_near(row["doc_id"], sig) if self.cfg.dedup.near else None
+            if dup is None:
+                self.kept.append({**row, "run_id": self.run_id})
+            else:
+                self.drops.append({"reason": "near_duplicate", "source": row["source"], "doc_id": row["doc_id"],
+                                   "duplicate_of": dup, "detail": ""})
+            keep.append(dup is None)
+        return keep
+
+    def snapshot(self, full: bool = False) -> dict[str, Any]:
+        dropped = dict.fromkeys(DROP_REASONS, 0)
+        for d in self.drops:
+            dropped[d["reason"]] += 1
+        out: dict[str, Any] = {
+            "files": dict(self.files), "documents_read": self.read, "kept": len(self.kept), "dropped": dropped,
+            "replaced": dict(self.replaced), "quarantined": list(self.quarantined),
+            "stages": {k: dict(v) for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
+        }
+        if full:
+            out["drops"] = list(self.drops)
+            out["kept_documents"] = list(self.kept)
+        return out
+
+
+def _report(ledger: Any, name: str, rows_in: int, rows_out: int, t0: float) -> None:
+    ray.get(ledger.stage.remote(name, rows_in, rows_out, time.perf_counter() - t0))
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_uri: str, run_id: str,
+                uri_prefix: str) -> pa.Table:
+    """read_binary_files rows (bytes, path) → document rows. Unreadable files are copied to quarantine/."""
+    t0 = time.perf_counter()
+    read_cfg = IngestConfig.model_validate(cfg).read
+    docs: list[dict[str, Any]] = []
+    bad_files: list[dict[str, str]] = []
+    bad_records: list[dict[str, str]] = []
+    replaced_bytes = replaced_docs = 0
+    for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist(), strict=True):
+        source = f"{uri_prefix}{path}"
+        try:
+            parsed = parse_file(source, data, read_cfg)
+        except Unreadable as e:
+            bad_files.append({"source": source, "reason": str(e), "path": _quarantine(storage_uri, run_id, source,
+                                                                                       data, str(e))})
+            continue
+        docs.extend(parsed.docs)
+        bad_records.extend(parsed.bad_records)
+        replaced_bytes += parsed.replaced_bytes
+        replaced_docs += len(parsed.docs) if parsed.replaced_bytes else 0
+    ray.get([ledger.files_read.remote(batch.num_rows - len(bad_files), len(docs), replaced_bytes, replaced_docs),
+             ledger.unreadable.remote(bad_files, True), ledger.unreadable.remote(bad_records, False)])
+    _report(ledger, "parse", batch.num_rows, len(docs), t0)
+    return _table(docs, DOC_SCHEMA)
+
+
+def _quarantine(storage_uri: str, run_id: str, source: str, data: bytes, reason: str) -> str:
+    storage = Storage(storage_uri)
+    name = source.rsplit("/", 1)[-1]
+    rel = f"quarantine/{run_id}/{chunking.chunk_id(source, 0, '', '')[:8]}-{name}"
+    storage.write_bytes(rel, data)
+    storage.write_json(f"{rel}.reason.json", {"source": source, "reason": reason, "run_id": run_id})
+    return rel
+
+
+def normalize_docs(batch: pa.Table, *, ledger: Any, min_chars: int) -> pa.Table:
+    """NFC + clean-up; derives missing ids from source + content; drops empty documents; adds content_hash."""
+    t0 = time.perf_counter()
+    out, empty = [], []
+    for row in batch.to_pylist():
+        text = normalize(row["text"])
+        doc_id = row["doc_id"] or derived_doc_id(row["source"], text)
+        if len(text) < min_chars:
+            empty.append({"reason": "empty", "source": row["source"], "doc_id": doc_id, "duplicate_of": "",
+                          "detail": f"{len(text)} characters after normalisation"})
+            continue
+        out.append({**row, "doc_id": doc_id, "text": text, "content_hash": content_hash(text)})
+    if empty:
+        ray.get(ledger.dropped.remote(empty))
+    _report(ledger, "normalize", batch.num_rows, len(out), t0)
+    return _table(out, DOC_SCHEMA.append(pa.field("content_hash", pa.string())))
+
+
+def exact_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
+    t0 = time.perf_counter()
+    keep = ray.get(ledger.check_exact.remote(batch.column("doc_id").to_pylist(),
+                                             batch.column("content_hash").to_pylist(),
+                                             batch.column("source").to_pylist()))
+    out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
+    _report(ledger, "exact_dedup", batch.num_rows, out.num_rows, t0)
+    return out
+
+
+def minhash(batch: pa.Table, *, ledger: Any, num_perm: int, shingle_words: int) -> pa.Table:
+    t0 = time.perf_counter()
+    sigs = [signature(t, num_perm, shingle_words).tolist() for t in batch.column("text").to_pylist()]
+    out = batch.append_column("minhash", pa.array(sigs, pa.list_(pa.uint64())))
+    _report(ledger, "minhash", batch.num_rows, out.num_rows, t0)
+    return out
+
+
+def near_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
+    """Keeps documents with no near copy among everything kept so far; the ledger remembers kept documents
+    (id, hash, signature) for the version's documents table."""
+    t0 = time.perf_counter()
+    rows = batch.select(["doc_id", "source", "title", "content_hash", "minhash"]).to_pylist()
+    for row, n in zip(rows, (len(t) for t in batch.column("text").to_pylist()), strict=True):
+        row["n_chars"] = n
+    keep = ray.get(ledger.check_near.remote(rows))
+    out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
+    out = out.drop_columns(["minhash", "content_hash"])
+    _report(ledger, "near_dedup", batch.num_rows, out.num_rows, t0)
+    return out
+
+
+@functools.cache
+def _tokenizer(model: str) -> Any:
+    from app.models import embedder
+
+    return embedder.load_tokenizer(model)  # once per worker process, reused by every task it runs
+
+
+def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk_tokens: int,
+               overlap_tokens: int) -> pa.Table:
+    """Splits documents into windows of the embedder's tokens; ids from (doc id, index, embedder, revision)."""
+    t0 = time.perf_counter()
+    tokenizer = _tokenizer(model)
+    rows = []
+    for doc in batch.to_pylist():
+        spans = chunking.chunk_text(doc["text"], tokenizer, chunk_tokens, overlap_tokens)
+        for i, span in enumerate(spans):
+            rows.append({
+                "chunk_id": chunking.chunk_id(doc["doc_id"], i, model, revision),
+                "doc_id": doc["doc_id"], "chunk_index": i, "source": doc["source"], "title": doc["title"],
+                "text": doc["text"][span.start_char : span.end_char], "start_char": span.start_char,
+                "end_char": span.end_char, "n_tokens": span.n_tokens,
+                "metadata": json.dumps({**json.loads(doc["metadata"]), "n_chunks": len(spans)}),
+            })
+    _report(ledger, "chunk", batch.num_rows, len(rows), t0)
+    return _table(rows, CHUNK_SCHEMA)
+
+
+def embed_text(title: str, text: str, include_title: bool) -> str:
+    """What the embedder and BM25 see for a chunk: the title gives short chunks their context."""
+    return f"{title}\n{text}" if include_title and title else text
+
+
+class Embedder:
+    """SentenceTransformer loaded once per actor; normalised float32 vectors appended as `embedding`."""
+
+    def __init__(self, *, ledger: Any, model: str, encode_batch_size: int, include_title: bool, device: str,
+                 threads: int):
+        import torch
+
+        from app.models import embedder
+
+        torch.set_num_threads(threads)
+        self.ledger = ledger
+        self.model = embedder.load(model, device=device)
+        self.encode_batch_size, self.include_title = encode_batch_size, include_title
+        self.dim = self.model.get_embedding_dimension()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        t0 = time.perf_counter()
+        titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
+        inputs = [embed_text(t, x, self.include_title) for t, x in zip(titles, texts, strict=True)]
+        # Shortest first by token count, so each forward pass pads to a near-equal length (no padding waste);
+        # the original order is restored below.
+        order = np.argsort(batch.column("n_tokens").to_numpy(), kind="stable")
+        vecs = np.empty((len(inputs), self.dim), dtype=np.float32)
+        if inputs:
+            vecs[order] = self.model.encode([inputs[i] for i in order], batch_size=self.encode_batch_size,
+                                            normalize_embeddings=True, convert_to_numpy=True,
+                                            show_progress_bar=False)
+        flat = pa.array(vecs.reshape(-1), pa.float32())
+        out = batch.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, self.dim))
+        _report(self.ledger, "embed", batch.num_rows, out.num_rows, t0)
+        return out

@@ -1,0 +1,156 @@
+"""One storage root for everything Ragline keeps: a local directory or any pyarrow.fs URI (s3://, gs://, ...).
+
+All paths handed around are relative to the root ("datasets/3/manifest.json"), so a catalog written on a laptop
+reads the same from a cluster pointed at a copy of it. Writes that must never be seen half-done go through
+`write_bytes(..., atomic=True)`: a temp file renamed into place locally; on object stores a single PUT, which
+those stores make visible whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+
+class Storage:
+    """A storage root. Picklable (holds only its URI), so it can travel to Ray workers."""
+
+    def __init__(self, uri: str):
+        if not uri:
+            raise ValueError("storage root is empty")
+        self.uri = uri
+        self._fs: pafs.FileSystem | None = None
+        self._base = ""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Storage, (self.uri,))
+
+    def _resolve(self) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None:
+            if "://" in self.uri:
+                self._fs, self._base = pafs.FileSystem.from_uri(self.uri)
+            else:
+                self._fs, self._base = pafs.LocalFileSystem(), os.path.abspath(self.uri)
+            self._base = self._base.rstrip("/")
+        return self._fs, self._base
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self._resolve()[0]
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def path(self, rel: str = "") -> str:
+        """Filesystem path (for `self.fs`) of a root-relative path."""
+        base = self._resolve()[1]
+        return f"{base}/{rel.strip('/')}" if rel else base
+
+    def local_path(self, rel: str = "") -> Path:
+        assert self.is_local, "local_path() is only for a local storage root"
+        return Path(self.path(rel))
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    def makedirs(self, rel: str) -> None:
+        self.fs.create_dir(self.path(rel), recursive=True)
+
+    def listdir(self, rel: str) -> list[str]:
+        """Names directly under `rel` (empty if it does not exist)."""
+        sel = pafs.FileSelector(self.path(rel), allow_not_found=True, recursive=False)
+        return sorted(info.base_name for info in self.fs.get_file_info(sel))
+
+    def list_files(self, rel: str) -> list[str]:
+        """Root-relative paths of all files under `rel`, recursively."""
+        sel = pafs.FileSelector(self.path(rel), allow_not_found=True, recursive=True)
+        base = self.path()
+        return sorted(
+            info.path[len(base) + 1 :] for info in self.fs.get_file_info(sel) if info.type == pafs.FileType.File
+        )
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return bytes(f.read())
+
+    def write_bytes(self, rel: str, data: bytes, atomic: bool = True) -> None:
+        target = self.path(rel)
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        if not (atomic and self.is_local):
+            with self.fs.open_output_stream(target) as f:
+                f.write(data)
+            return
+        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Write `rel` only if it does not exist yet; False if it did. Atomic on local storage (a hard link
+        either appears whole or fails); on object stores a check-then-PUT, so keep one writer per catalog kind."""
+        target = self.path(rel)
+        if not self.is_local:
+            if self.exists(rel):
+                return False
+            self.write_bytes(rel, data)
+            return True
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        return True
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_bytes(rel))
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_bytes(rel, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+    def delete_dir(self, rel: str) -> None:
+        if self.exists(rel):
+            self.fs.delete_dir(self.path(rel))
+
+    def file_digest(self, rel: str) -> tuple[int, str]:
+        """(size in bytes, sha256 hex) of a stored file, streamed in 1 MiB pieces."""
+        h = hashlib.sha256()
+        size = 0
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            while piece := f.read(1 << 20):
+                h.update(piece)
+                size += len(piece)
+        return size, h.hexdigest()
+
+    def upload_dir(self, local_dir: Path, rel: str) -> list[str]:
+        """Copy a local directory's files under `rel`; returns the root-relative paths written."""
+        written = []
+        for p in sorted(local_dir.rglob("*")):
+            if p.is_file():
+                dest = f"{rel}/{p.relative_to(local_dir).as_posix()}"
+                self.write_bytes(dest, p.read_bytes(), atomic=False)
+                written.append(dest)
+        return written
+
+    def download_dir(self, rel: str, local_dir: Path) -> Path:
+        """Mirror the files under `rel` into `local_dir` (for libraries that only read local files)."""
+        for f in self.list_files(rel):
+            dest = local_dir / f[len(rel.strip("/")) + 1 :]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(self.read_bytes(f))
+        return local_dir
