@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also evaluate retrieval (nDCG@10, recall@100) on the BEIR dataset directory "
                     "holding --corpus, "
                     "split dev (ingests the whole corpus once)")
+    ap.add_argument("--ray-address", default="local",
+                    help="Ray to run the pipeline on (default: a private local one for the benchmark)")
     ap.add_argument("--eval-split", default="dev")
     ap.add_argument("--eval-storage", default=None,
                     help="storage root for --eval (its eval/<dataset> subfolder is used; "
@@ -191,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.config import load_config
 
     cfg = load_config(args.config, args.overrides)
-    ray.init()
+    # A private local Ray by default: `ray.init()` alone would join a persistent `ray start` cluster on this
+    # machine (the services' one), whose restarts or load would then end up in the measurement.
+    ray.init(address=args.ray_address, include_dashboard=False)
     cpus = int(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
     baseline_runs: list[dict[str, Any]] = []
     pipeline_runs: list[dict[str, Any]] = []

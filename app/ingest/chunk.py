@@ -15,21 +15,37 @@ class Span:
 
 
 def token_spans(offsets: list[tuple[int, int]], text_len: int, chunk_tokens: int, overlap: int) -> list[Span]:
-    """Windows of `chunk_tokens` tokens stepping by `chunk_tokens - overlap`, as character spans.
+    """Windows of at most `chunk_tokens` tokens stepping by `chunk_tokens - overlap`, as character spans.
 
-    `offsets` are the tokenizer's (start, end) character offsets of each token (no special tokens). A window
-    runs from its first token's start to its last token's end, so chunks never cut a token in half."""
+    `offsets` are the tokenizer's (start, end) character offsets of each token (no special tokens). Windows are
+    snapped to word boundaries (a token glued to its neighbour, like "##ing", belongs to the same word): a
+    window starts at the beginning of the word its first token is in, and ends before a word its last token
+    would cut, so a chunk never holds half a word and re-tokenises to the same tokens."""
     assert 0 <= overlap < chunk_tokens
     if not offsets:
         return [Span(0, text_len, 0)]
-    step = chunk_tokens - overlap
+
+    def glued(i: int) -> bool:  # token i continues the word of token i-1
+        return 0 < i < len(offsets) and offsets[i][0] == offsets[i - 1][1]
+
+    n = len(offsets)
     spans = []
-    for first in range(0, len(offsets), step):
-        last = min(first + chunk_tokens, len(offsets)) - 1
+    first = 0
+    while True:
+        end = min(first + chunk_tokens, n) - 1
+        last = end
+        while glued(last + 1) and last > first:
+            last -= 1
+        if glued(last + 1):  # one word fills the whole window: cut it rather than emit a sliver
+            last = end
         spans.append(Span(offsets[first][0], offsets[last][1], last - first + 1))
-        if last == len(offsets) - 1:
-            break
-    return spans
+        if last == n - 1:
+            return spans
+        # Next window: `overlap` tokens back from this one's end, moved back to its word's start; always forward.
+        nxt = last + 1 - overlap
+        while glued(nxt) and nxt > first + 1:
+            nxt -= 1
+        first = max(nxt, first + 1)
 
 
 def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int) -> list[Span]:

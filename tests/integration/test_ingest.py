@@ -1,0 +1,107 @@
+import pyarrow.parquet as pq
+import pytest
+
+from app.catalog import Catalog
+from app.index.build import build_index, load_chunks
+from app.index.search import Index, Searcher
+from app.ingest.pipeline import IngestError, run_ingest
+from app.storage import Storage
+
+from .conftest import PLANTED, topic_text
+
+pytestmark = pytest.mark.integration
+
+
+def chunk_ids(storage, version):
+    return sorted(load_chunks(storage, Catalog(storage).get("datasets", version)).column("chunk_id").to_pylist())
+
+
+def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path):
+    path, want = corpus
+    storage = Storage(str(tmp_path / "store"))
+    report = run_ingest([str(path)], cfg, storage)
+
+    docs = report["documents"]
+    assert docs["read"] == want["read"] and docs["kept"] == want["kept"]
+    assert docs["dropped"] == {k: want[k] for k in ("unreadable", "empty", "exact_duplicate", "duplicate_id",
+                                                    "near_duplicate")}
+    assert report["reconciled"] and docs["read"] == docs["kept"] + sum(docs["dropped"].values())
+    assert report["inputs"] == {"files": want["files"], "unreadable_files": 1, "skipped_files": []}
+    assert report["chunks"] == report["embeddings"] > docs["kept"]  # the 120-word topics take two chunks
+    assert report["decode_replacements"] == {"bytes": 4, "documents": 1}
+    assert report["near_duplicates"][0]["duplicate_of"] == "doc3"
+    assert set(report["stages"]) == {"parse", "normalize", "exact_dedup", "minhash", "near_dedup", "chunk", "embed"}
+    (q,) = report["quarantined"]
+    assert q["source"].endswith("corrupt.parquet") and "parquet" in q["reason"]
+    assert storage.read_bytes(q["path"]) == (path / "corrupt.parquet").read_bytes()
+
+    catalog = Catalog(storage)
+    ds = catalog.get("datasets", report["dataset_version"])
+    assert ds.counts == {"documents": want["kept"], "chunks": report["chunks"]} and catalog.verify(ds) == []
+    assert ds.embedder.name == "all-MiniLM-L6-v2" and ds.embedder.dim == 384
+    drops = pq.read_table(storage.path(f"runs/ingest/{report['run_id']}.drops.parquet")).to_pylist()
+    assert len(drops) == sum(docs["dropped"].values())
+    ids_v1 = chunk_ids(storage, ds.version)
+    assert len(ids_v1) == len(set(ids_v1)) == report["chunks"]
+
+    # the same input again: same ids, nothing added, no new version
+    again = run_ingest([str(path)], cfg, storage)
+    assert again["chunks"] == 0 and again["documents"]["kept"] == 0
+    assert again["documents"]["dropped"]["exact_duplicate"] == want["kept"] + 1
+    assert [m.version for m in catalog.versions("datasets")] == [ds.version]
+
+    # an incremental ingest of a near copy of a published document adds nothing
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "zebra-again.txt").write_text(PLANTED.replace("every July", "each July"))
+    (inc / "new.txt").write_text(topic_text(99))
+    third = run_ingest([str(inc)], cfg, storage)
+    assert third["documents"]["dropped"]["near_duplicate"] == 1 and third["documents"]["kept"] == 1
+    assert third["near_duplicates"][0]["duplicate_of"] == "zebra"
+    v2 = catalog.get("datasets", third["dataset_version"])
+    assert v2.parent == ds.version and v2.counts["documents"] == want["kept"] + 1
+    ids_v2 = chunk_ids(storage, v2.version)
+    assert set(ids_v1) < set(ids_v2) and len(ids_v2) == len(set(ids_v2))
+
+    # search: the planted document comes first in every mode; source filters restrict results
+    searcher = Searcher(Index.load(storage), cfg.search)
+    assert searcher.index.version == third["index_version"]
+    for mode in ("dense", "lexical", "hybrid"):
+        hits = searcher.search("When do zebras cross the Mara river?", mode=mode, k=3)
+        assert hits[0].doc_id == "zebra", mode
+        assert PLANTED[hits[0].start_char : hits[0].end_char] == hits[0].text
+    only_html = searcher.search("snakes", k=5, sources=["*.html"])
+    assert only_html and {h.source.rsplit("/", 1)[1] for h in only_html} == {"page.html"}
+    assert searcher.search("snakes", k=5, sources=["*.nothing"]) == []
+
+
+def test_too_many_unreadable_files_fail_and_publish_nothing(ray_cluster, tmp_path, cfg):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "ok.txt").write_text("A perfectly fine document about rivers.")
+    (d / "a.parquet").write_bytes(b"not parquet")
+    (d / "b.jsonl").write_text("{nope\n")
+    storage = Storage(str(tmp_path / "store"))
+    cfg.ingest.read.max_error_fraction = 0.5
+    with pytest.raises(IngestError, match=r"2 of 3 input files are unreadable.*a\.parquet.*b\.jsonl"):
+        run_ingest([str(d)], cfg, storage)
+    assert Catalog(storage).versions("datasets") == []
+
+
+def test_missing_input_is_a_clear_error(ray_cluster, tmp_path, cfg):
+    with pytest.raises(ValueError, match="input path .*nowhere does not exist"):
+        run_ingest([str(tmp_path / "nowhere")], cfg, Storage(str(tmp_path / "s")))
+
+
+def test_index_build_from_a_dataset_version(ray_cluster, corpus, cfg, tmp_path):
+    path, _ = corpus
+    storage = Storage(str(tmp_path / "store"))
+    report = run_ingest([str(path)], cfg, storage, build_index=False)
+    assert "index_version" not in report and Catalog(storage).versions("indexes") == []
+    cfg.index.exact_max_vectors = 5  # force the approximate index on this small corpus
+    m = build_index(storage, cfg, report["dataset_version"])
+    assert m.extra["dense"]["type"] == "hnsw" and m.parent == report["dataset_version"]
+    hits = Searcher(Index.load(storage, m.version), cfg.search).search("zebra migration", mode="dense", k=1)
+    assert hits[0].doc_id == "zebra"
+    with pytest.raises(ValueError, match="dataset version 42 does not exist"):
+        build_index(storage, cfg, 42)

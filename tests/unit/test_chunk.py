@@ -1,0 +1,54 @@
+import pytest
+
+from app.ingest.chunk import Span, chunk_id, chunk_text, token_spans
+from app.models.embedder import load_tokenizer
+
+
+def test_windows_overlap_and_cover_every_token():
+    offsets = [(i * 2, i * 2 + 1) for i in range(10)]  # tokens "a" at even offsets
+    spans = token_spans(offsets, 20, chunk_tokens=4, overlap=1)
+    # windows start at tokens 0, 3, 6; the last one reaches token 9 and stops
+    assert spans == [Span(0, 7, 4), Span(6, 13, 4), Span(12, 19, 4)]
+
+
+def test_short_text_is_one_chunk_and_empty_tokens_cover_text():
+    assert token_spans([(0, 3)], 3, 8, 2) == [Span(0, 3, 1)]
+    assert token_spans([], 5, 8, 2) == [Span(0, 5, 0)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("all-MiniLM-L6-v2")
+
+
+def test_offsets_point_back_into_the_text(tokenizer):
+    text = " ".join(f"word{i}" for i in range(300))  # "word12" is several word pieces: windows must not cut it
+    spans = chunk_text(text, tokenizer, chunk_tokens=50, overlap=10)
+    assert len(spans) > 3
+    assert spans[0].start_char == 0 and spans[-1].end_char == len(text)
+    for a, b in zip(spans, spans[1:], strict=False):
+        assert b.start_char < a.end_char  # overlap
+    for s in spans:
+        assert 40 <= s.n_tokens <= 50 or s is spans[-1]
+        piece = text[s.start_char : s.end_char]
+        assert piece == piece.strip() and len(tokenizer(piece, add_special_tokens=False)["input_ids"]) == s.n_tokens
+
+
+def test_chunk_ids_are_deterministic_and_depend_on_embedder():
+    a = chunk_id("doc", 0, "m", "r1")
+    assert a == chunk_id("doc", 0, "m", "r1")
+    assert len({a, chunk_id("doc", 1, "m", "r1"), chunk_id("doc", 0, "m", "r2"), chunk_id("doc2", 0, "m", "r1")}) == 4
+
+
+def test_every_token_is_in_some_chunk_even_without_overlap():
+    # pieces glued into 3-token words: a window of 4 would cut words; without overlap nothing may be lost
+    offsets = []
+    for w in range(6):
+        base = w * 7
+        offsets += [(base, base + 2), (base + 2, base + 4), (base + 4, base + 6)]
+    spans = token_spans(offsets, 41, chunk_tokens=4, overlap=0)
+    covered = set()
+    for s in spans:
+        covered.update(i for i, (a, b) in enumerate(offsets) if s.start_char <= a and b <= s.end_char)
+        assert s.start_char % 7 == 0 and s.end_char % 7 == 6  # whole words only
+    assert covered == set(range(len(offsets)))

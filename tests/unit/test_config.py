@@ -1,0 +1,53 @@
+import pytest
+
+from app.config import AppConfig, load_config, parse_overrides
+
+
+def test_defaults_are_valid():
+    cfg = load_config()
+    assert isinstance(cfg, AppConfig)
+    assert cfg.ingest.dedup.near_threshold == 0.8 and cfg.ingest.dedup.shingle_words == 5
+
+
+def test_yaml_and_overrides(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("ingest:\n  chunk:\n    chunk_tokens: 128\nsearch:\n  mode: dense\n")
+    cfg = load_config(f, ["search.top_k=3", "ingest.dedup.near=false"])
+    assert cfg.ingest.chunk.chunk_tokens == 128 and cfg.search.mode == "dense"
+    assert cfg.search.top_k == 3 and cfg.ingest.dedup.near is False
+
+
+def test_unknown_field_is_named(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("ingest:\n  chunk:\n    chunk_tokenz: 128\n")
+    with pytest.raises(ValueError, match=r"ingest\.chunk\.chunk_tokenz: Extra inputs"):
+        load_config(f)
+
+
+def test_bad_values_are_named():
+    with pytest.raises(ValueError, match=r"ingest\.dedup\.near_threshold"):
+        load_config(None, ["ingest.dedup.near_threshold=1.5"])
+    with pytest.raises(ValueError, match=r"search\.mode"):
+        load_config(None, ["search.mode=fuzzy"])
+    with pytest.raises(ValueError, match="overlap_tokens .* must be smaller"):
+        load_config(None, ["ingest.chunk.chunk_tokens=32", "ingest.chunk.overlap_tokens=32"])
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ingest: [unclosed\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_config(bad)
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- a\n- b\n")
+    with pytest.raises(ValueError, match="mapping at the top level"):
+        load_config(lst)
+
+
+def test_bad_overrides():
+    with pytest.raises(ValueError, match="not KEY=VALUE"):
+        parse_overrides(["ingest.chunk.chunk_tokens"])
+    with pytest.raises(ValueError, match="is not a section"):
+        parse_overrides(["a=1", "a.b=2"])

@@ -1,0 +1,62 @@
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from app.config import ReadConfig
+from app.ingest.parse import Unreadable, parse_file
+
+CFG = ReadConfig()
+
+
+def test_jsonl_fields_and_bad_lines():
+    data = "\n".join([json.dumps({"_id": "a", "title": "T", "text": "hello", "year": 2020}), "{broken",
+                      json.dumps({"id": "b", "body": "world"}), json.dumps([1, 2]), ""]).encode()
+    p = parse_file("s3://b/x.jsonl", data, CFG)
+    assert [d["doc_id"] for d in p.docs] == ["a", "b"]
+    assert p.docs[0]["title"] == "T" and json.loads(p.docs[0]["metadata"]) == {"year": 2020, "position": "line 1"}
+    assert [b["source"] for b in p.bad_records] == ["s3://b/x.jsonl:2", "s3://b/x.jsonl:4"]
+    assert "not an object" in p.bad_records[1]["reason"]
+
+
+def test_jsonl_with_no_usable_line_is_unreadable():
+    with pytest.raises(Unreadable, match="none of its 2 lines"):
+        parse_file("x.jsonl", b'{"no_text": 1}\n{bad\n', CFG)
+
+
+def test_parquet_rows_and_corrupt_file():
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": ["1", "2"], "content": ["one", None]}), buf)
+    p = parse_file("t.parquet", buf.getvalue(), CFG)
+    assert [d["text"] for d in p.docs] == ["one"] and "row 1: no text field" in p.bad_records[0]["reason"]
+    with pytest.raises(Unreadable, match="not a readable parquet"):
+        parse_file("t.parquet", b"PAR1 nope", CFG)
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"x": [1]}), buf)
+    with pytest.raises(Unreadable, match="no text column"):
+        parse_file("t.parquet", buf.getvalue(), CFG)
+
+
+def test_html_boilerplate_stripped():
+    html = (b"<html><head><title>Snakes</title><style>p{}</style></head><body><nav>Home</nav><header>Site</header>"
+            b"<main><h1>Pythons</h1><p>Pythons are constrictors.</p><script>evil()</script></main>"
+            b"<footer>(c) 2026</footer></body></html>")
+    (d,) = parse_file("a.html", html, CFG).docs
+    assert d["title"] == "Snakes"
+    assert "Pythons are constrictors." in d["text"]
+    for junk in ("Home", "Site", "evil", "(c) 2026", "p{}"):
+        assert junk not in d["text"]
+
+
+def test_markdown_title_text_and_latin1():
+    (d,) = parse_file("/x/notes.md", b"intro\n# Real Title\nbody", CFG).docs
+    assert d["title"] == "Real Title"
+    p = parse_file("/x/old.txt", "caf\xe9".encode("latin-1"), CFG)
+    assert p.replaced_bytes == 1 and p.docs[0]["title"] == "old" and p.docs[0]["text"] == "caf\ufffd"
+
+
+def test_unsupported_type():
+    with pytest.raises(Unreadable, match="unsupported file type '.pdf'"):
+        parse_file("a.pdf", b"%PDF", CFG)

@@ -1,0 +1,72 @@
+import pytest
+
+from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
+from app.ingest.inputs import expand
+from app.storage import Storage
+
+
+def manifest(kind="datasets"):
+    return Manifest(kind=kind, version=0, created_at=now_iso(), embedder=EmbedderInfo(name="m", revision="r", dim=4))
+
+
+def test_atomic_and_exclusive_writes(tmp_path):
+    s = Storage(str(tmp_path))
+    s.write_bytes("a/b.txt", b"1")
+    assert s.read_bytes("a/b.txt") == b"1" and s.listdir("a") == ["b.txt"]
+    assert s.create_exclusive("a/c.txt", b"x") is True
+    assert s.create_exclusive("a/c.txt", b"y") is False
+    assert s.read_bytes("a/c.txt") == b"x"
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_uri_roots_work_through_pyarrow(tmp_path):
+    s = Storage(f"file://{tmp_path}")
+    s.write_json("x/y.json", {"a": 1})
+    assert s.read_json("x/y.json") == {"a": 1} and s.list_files("x") == ["x/y.json"]
+
+
+def test_publish_numbers_versions_and_hides_unfinished(tmp_path):
+    s = Storage(str(tmp_path))
+    c = Catalog(s)
+    assert c.latest("datasets") is None
+    with pytest.raises(ValueError, match="no dataset version is published"):
+        c.resolve("datasets", None)
+    s.write_bytes("datasets/segments/r1/part.parquet", b"data")
+    m = manifest()
+    m.files = [c.file_entry("datasets/segments/r1/part.parquet")]
+    assert c.publish(m).version == 1
+    s.makedirs("datasets/2")  # a publisher that died before writing its manifest
+    assert [v.version for v in c.versions("datasets")] == [1]
+    assert c.publish(manifest()).version == 3
+    assert c.latest("datasets").version == 3
+    with pytest.raises(ValueError, match=r"dataset version 7 does not exist \(published: \[1, 3\]\)"):
+        c.get("datasets", 7)
+
+
+def test_verify_detects_damage(tmp_path):
+    s = Storage(str(tmp_path))
+    c = Catalog(s)
+    s.write_bytes("f.bin", b"abc")
+    m = manifest()
+    m.files = [c.file_entry("f.bin")]
+    assert c.verify(m) == []
+    s.write_bytes("f.bin", b"abd")
+    assert c.verify(m) == ["f.bin: checksum mismatch"]
+
+
+def test_expand_inputs(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("a")
+    (tmp_path / "d" / "b.md").write_text("b")
+    (tmp_path / "d" / "c.pdf").write_text("c")
+    (tmp_path / "e.pdf").write_text("e")
+    got = expand([str(tmp_path / "d")])
+    assert [p.rsplit("/", 1)[1] for p in got.files] == ["a.txt", "b.md"] and got.skipped[0].endswith("c.pdf")
+    assert len(expand([str(tmp_path / "d" / "*.md")]).files) == 1
+    assert expand([str(tmp_path / "e.pdf")]).files[0].endswith("e.pdf")  # named: quarantined later, not skipped
+    with pytest.raises(ValueError, match="input path .*missing does not exist"):
+        expand([str(tmp_path / "missing")])
+    with pytest.raises(ValueError, match="mix filesystems"):
+        expand([str(tmp_path), "s3://bucket/x"])
+    with pytest.raises(ValueError, match="no input paths"):
+        expand([])
