@@ -87,7 +87,7 @@ class Catalog:
             return self.get(kind, version)
         latest = self.latest(kind)
         if latest is None:
-            hint = "run `ragline ingest PATH`" if kind == "datasets" else "run `ragline ingest` or `ragline index build`"
+            hint = "run `ragline ingest PATH`" if kind == "datasets" else "run `ragline ingest` (or `index build`)"
             raise ValueError(f"no {kind[:-1]} version is published yet: {hint}")
         return latest
 

@@ -86,11 +86,12 @@ class Index:
             return []
         sel = faiss.IDSelectorBatch(allowed) if allowed is not None else None
         if isinstance(self.dense, faiss.IndexHNSW):
-            params: faiss.SearchParameters = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k))
+            # faiss's bundled stubs lack the search-parameter classes and their SWIG keyword arguments
+            params: Any = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k))  # type: ignore[attr-defined]
         elif isinstance(self.dense, faiss.IndexIVF):
-            params = faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe)
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe)  # type: ignore[call-arg]
         else:
-            params = faiss.SearchParameters(sel=sel)
+            params = faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
         scores, ids = self.dense.search(vector.reshape(1, -1).astype(np.float32), k, params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 

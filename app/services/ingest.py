@@ -31,7 +31,6 @@ def service_name(storage_uri: str) -> str:
     return f"ingest-{hashlib.sha256(storage_uri.encode()).hexdigest()[:12]}"
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=16)
 class IngestService:
     def __init__(self, storage_uri: str):
         self.storage = Storage(storage_uri)
@@ -94,9 +93,12 @@ class IngestService:
             self.catalog.save_run(record)
             try:
                 cfg = AppConfig.model_validate(record["config"])
+
+                def started(ledger: Any, rid: str = run_id) -> None:
+                    self.live[rid] = ledger
+
                 report = run_ingest(record["paths"], cfg, self.storage, run_id=run_id,
-                                    build_index=record.get("build_index", True),
-                                    on_start=lambda ledger, rid=run_id: self.live.__setitem__(rid, ledger))
+                                    build_index=record.get("build_index", True), on_start=started)
                 record.update(state="succeeded", report=report)
             except Exception as e:  # a failed run is recorded with its reason; the service keeps serving
                 record.update(state="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
@@ -108,5 +110,9 @@ class IngestService:
 
 def get_or_start(storage: Storage) -> Any:
     """The service for `storage` on the connected cluster, started (detached) if absent."""
-    return IngestService.options(name=service_name(storage.uri), namespace=NAMESPACE, lifetime="detached",
-                                 get_if_exists=True).remote(storage.uri)
+    # max_task_retries: callers (the CLI polling status) ride through a restart instead of seeing
+    # ActorUnavailableError; max_concurrency: status/runs answer while the worker thread runs a pipeline.
+    return ray.remote(IngestService).options(
+        name=service_name(storage.uri), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=16,
+    ).remote(storage.uri)

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from app.ingest.chunk import Span, chunk_id, chunk_text, token_spans
@@ -26,7 +28,7 @@ def test_offsets_point_back_into_the_text(tokenizer):
     spans = chunk_text(text, tokenizer, chunk_tokens=50, overlap=10)
     assert len(spans) > 3
     assert spans[0].start_char == 0 and spans[-1].end_char == len(text)
-    for a, b in zip(spans, spans[1:], strict=False):
+    for a, b in itertools.pairwise(spans):
         assert b.start_char < a.end_char  # overlap
     for s in spans:
         assert 40 <= s.n_tokens <= 50 or s is spans[-1]
