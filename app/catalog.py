@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from app.storage import Storage
 
 Kind = Literal["datasets", "indexes"]
+NOUN = {"datasets": "dataset", "indexes": "index"}
 
 
 class FileEntry(BaseModel):
@@ -78,7 +79,7 @@ class Catalog:
         rel = f"{kind}/{version}/manifest.json"
         if not self.storage.exists(rel):
             have = [m.version for m in self.versions(kind)]
-            raise ValueError(f"{kind[:-1]} version {version} does not exist (published: {have or 'none'})")
+            raise ValueError(f"{NOUN[kind]} version {version} does not exist (published: {have or 'none'})")
         return Manifest.model_validate(self.storage.read_json(rel))
 
     def resolve(self, kind: Kind, version: int | None) -> Manifest:
@@ -88,7 +89,7 @@ class Catalog:
         latest = self.latest(kind)
         if latest is None:
             hint = "run `ragline ingest PATH`" if kind == "datasets" else "run `ragline ingest` (or `index build`)"
-            raise ValueError(f"no {kind[:-1]} version is published yet: {hint}")
+            raise ValueError(f"no {NOUN[kind]} version is published yet: {hint}")
         return latest
 
     def next_version(self, kind: Kind) -> int:

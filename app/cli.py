@@ -26,7 +26,7 @@ eval_app = typer.Typer(help="Evaluation.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line, whatever the terminal width
 
 DEMO_QUESTION = "How do I make sure clean-up code runs even when an exception is raised?"
 
@@ -133,8 +133,11 @@ def ingest(
     from app.ingest.pipeline import run_ingest
     from app.services.ingest import get_or_start
 
+    from app.ingest.inputs import expand
+
     c: Context = ctx.obj
     local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]
+    expand(local)  # a missing path or an empty directory is the caller's mistake: say so before queueing
     _connect(c)
     if in_process:
         report = run_ingest(local, c.cfg, c.storage, build_index=index)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import ray
 from tqdm import tqdm
 
 from app.catalog import Catalog
@@ -19,7 +18,7 @@ MODES = ("dense", "lexical", "hybrid")
 
 
 def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[str, Any]:
-    """Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
+    """(Needs a connected Ray.) Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
     an index. Returns the ingest report."""
     from app.index.build import build_index
     from app.ingest.pipeline import run_ingest
@@ -32,8 +31,6 @@ def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[st
     # near-identical abstracts that are judged separately), or relevant documents become unretrievable.
     eval_cfg.ingest.dedup.exact = False
     eval_cfg.ingest.dedup.near = False
-    if not ray.is_initialized():
-        ray.init(address=cfg.ray_address)
     report = run_ingest([str(corpus)], eval_cfg, storage, build_index=True)
     catalog = Catalog(storage)
     dataset, index = catalog.latest("datasets"), catalog.latest("indexes")

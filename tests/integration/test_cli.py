@@ -1,0 +1,70 @@
+"""The `ragline` command line over real processes: help, clear errors for bad input, ingest → search."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+EXE = str(Path(sys.executable).parent / "ragline")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=600)
+
+
+def assert_user_error(done: subprocess.CompletedProcess, *needles: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_help_reads_well():
+    done = run("--help")
+    assert done.returncode == 0
+    for command in ("demo", "ingest", "index", "search", "status", "eval"):
+        assert command in done.stdout
+    assert "--storage" in done.stdout and "--set" in done.stdout
+    assert "--source" in run("search", "--help").stdout
+
+
+def test_bad_input_is_reported_without_traceback(tmp_path, ray_cluster):
+    store = str(tmp_path / "s")
+    assert_user_error(run("--storage", store, "--set", "ingest.chunk.chunk_tokenz=3", "status"),
+                      "ingest.chunk.chunk_tokenz", "Extra inputs")
+    assert_user_error(run("--storage", store, "--set", "ingest.chunk", "status"), "not KEY=VALUE")
+    bad_yaml = tmp_path / "c.yaml"
+    bad_yaml.write_text("search:\n  top_k: -1\n")
+    assert_user_error(run("--storage", store, "--config", str(bad_yaml), "status"), "search.top_k", str(bad_yaml))
+    assert_user_error(run("--storage", store, "search", "zebras"), "no index version is published yet")
+    assert_user_error(run("--storage", store, "--address", ray_cluster, "ingest", str(tmp_path / "nope")),
+                      "nope does not exist")
+    assert_user_error(run("--storage", store, "search", "x", "--mode", "fuzzy"), "--mode must be")
+    assert run("--storage", store, "search", "x", "-k", "many").returncode == 2  # click's own type check
+
+
+def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
+    path, want = corpus
+    store = str(tmp_path / "s")
+    common = ["--storage", store, "--address", ray_cluster, "--set", "ingest.read.max_error_fraction=0.5"]
+    done = run(*common, "ingest", str(path), "--in-process", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["documents"]["kept"] == want["kept"] and report["index_version"] == 1
+
+    hits = json.loads(run(*common, "search", "zebra migration river", "-k", "3", "--json").stdout)
+    assert hits["index_version"] == 1 and hits["hits"][0]["doc_id"] == "zebra"
+    assert {"source", "title", "text", "score", "start_char", "end_char", "chunk_id"} <= set(hits["hits"][0])
+    lexical = json.loads(run(*common, "search", "zebra", "--mode", "lexical", "--source", "*.jsonl", "--json").stdout)
+    assert all(h["source"].endswith("main.jsonl") for h in lexical["hits"])
+
+    built = json.loads(run(*common, "index", "build", "--json").stdout)
+    assert built == {"index_version": 2, "dataset_version": 1, "chunks": report["chunks"], "dense": {"type": "flat"}}
+    text = run(*common, "search", "zebra migration river").stdout
+    assert "[1] Zebra migration" in text and "source:" in text and "main.jsonl" in text
+
+    status = json.loads(run(*common, "status", "--json").stdout)
+    assert [d["version"] for d in status["datasets"]] == [1] and [i["version"] for i in status["indexes"]] == [1, 2]
