@@ -130,10 +130,9 @@ def ingest(
     """Ingest documents through the IngestService and print the run's report."""
     import ray
 
+    from app.ingest.inputs import expand
     from app.ingest.pipeline import run_ingest
     from app.services.ingest import get_or_start
-
-    from app.ingest.inputs import expand
 
     c: Context = ctx.obj
     local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]

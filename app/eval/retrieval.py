@@ -18,8 +18,8 @@ MODES = ("dense", "lexical", "hybrid")
 
 
 def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[str, Any]:
-    """(Needs a connected Ray.) Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
-    an index. Returns the ingest report."""
+    """Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
+    an index; needs a connected Ray. Returns the ingest report."""
     from app.index.build import build_index
     from app.ingest.pipeline import run_ingest
 

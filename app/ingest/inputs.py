@@ -60,7 +60,10 @@ def expand(paths: list[str]) -> Inputs:
 
 def _expand_one(fs: pafs.FileSystem, raw: str, scheme: str) -> tuple[bool, list[str]] | None:
     """(named a single file?, files) or None if nothing is there."""
-    path = os.path.abspath(os.path.expanduser(raw)) if scheme == "file" else raw.split("://", 1)[1]
+    if scheme == "file":
+        path = os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
+    else:
+        path = raw.split("://", 1)[1]
     if any(ch in path for ch in "*?["):
         if scheme == "file":
             matches = [m for m in glob.glob(path, recursive=True) if os.path.isfile(m)]

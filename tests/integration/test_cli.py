@@ -68,3 +68,17 @@ def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
 
     status = json.loads(run(*common, "status", "--json").stdout)
     assert [d["version"] for d in status["datasets"]] == [1] and [i["version"] for i in status["indexes"]] == [1, 2]
+
+
+def test_demo_main_job(tmp_path, ray_cluster):
+    """The README's main job (scripts/demo.sh runs exactly this after setting up), on the session's Ray."""
+    store = str(tmp_path / "s")
+    done = run("--storage", store, "--address", ray_cluster, "demo")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "counts reconcile" in done.stdout and "dataset / index version" in done.stdout
+    assert "[1] " in done.stdout and "source: " in done.stdout
+    # the answer comes from the exception-handling topics of the Python reference
+    top = done.stdout.split("[1] ", 1)[1].split("\n", 1)[0]
+    assert any(t in top for t in ("try", "exceptions", "raise", "with")), top
+    again = run("--storage", store, "--address", ray_cluster, "demo")  # idempotent: nothing new, same answer
+    assert again.returncode == 0 and "nothing new to add" in again.stdout

@@ -63,6 +63,7 @@ def test_expand_inputs(tmp_path):
     got = expand([str(tmp_path / "d")])
     assert [p.rsplit("/", 1)[1] for p in got.files] == ["a.txt", "b.md"] and got.skipped[0].endswith("c.pdf")
     assert len(expand([str(tmp_path / "d" / "*.md")]).files) == 1
+    assert expand([f"file://{tmp_path}/d"]).files == got.files
     assert expand([str(tmp_path / "e.pdf")]).files[0].endswith("e.pdf")  # named: quarantined later, not skipped
     with pytest.raises(ValueError, match="input path .*missing does not exist"):
         expand([str(tmp_path / "missing")])
