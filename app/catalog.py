@@ -100,12 +100,16 @@ class Catalog:
         """Make `manifest` visible as the next free version number of its kind (its files are already written).
 
         The manifest is created exclusively, so two publishers never get the same number."""
-        while True:
-            manifest.version = self.next_version(manifest.kind)
-            manifest.created_at = now_iso()
-            data = manifest.model_dump_json(indent=2).encode()
-            if self.storage.create_exclusive(f"{manifest.kind}/{manifest.version}/manifest.json", data):
-                return manifest
+        while not self.publish_as(manifest, self.next_version(manifest.kind)):
+            pass
+        return manifest
+
+    def publish_as(self, manifest: Manifest, version: int) -> bool:
+        """Publish `manifest` as exactly `version`; False (nothing written) if that version exists already."""
+        manifest.version = version
+        manifest.created_at = now_iso()
+        data = manifest.model_dump_json(indent=2).encode()
+        return self.storage.create_exclusive(f"{manifest.kind}/{version}/manifest.json", data)
 
     def verify(self, manifest: Manifest) -> list[str]:
         """Files of a version that are missing or whose size/checksum differ (empty when intact)."""

@@ -23,7 +23,7 @@ from app.storage import Storage
 OnStart = Callable[[Any], None]  # receives the run's RunLedger handle, for live progress
 
 
-BLOCK_BYTES = 128 << 10  # 128 KiB ≈ 100 chunks of ~220 tokens: one embedding batch per block
+BLOCK_BYTES = 512 << 10  # 512 KiB ≈ 400 chunks of ~220 tokens: one embedding batch per block
 
 
 class IngestError(RuntimeError):
@@ -121,8 +121,7 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
     snap = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits once its last handle is dropped
     chunk_files = [f for f in storage.list_files(segment) if f.endswith(".parquet")]
     report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0)
-    if not reconcile(snap):
-        raise AssertionError(f"ingest counts do not reconcile: {report['documents']}")
+    assert reconcile(snap), f"ingest counts do not reconcile: {report['documents']}"
     files = inputs.files
     if snap["files"]["unreadable"] > cfg.ingest.read.max_error_fraction * len(files):
         names = "; ".join(f"{q['source']}: {q['reason']}" for q in snap["quarantined"])
@@ -198,4 +197,10 @@ def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: s
         config=cfg.ingest.model_dump(),
         extra={"run_report": {k: report[k] for k in ("documents", "chunks", "embeddings")}},
     )
-    return catalog.publish(manifest)
+    # Exactly the version after the one we deduplicated against: if another run published meanwhile, this
+    # one's dedup did not see that version's documents, so it must not publish on top of it.
+    expected = (previous.version if previous else 0) + 1
+    if not catalog.publish_as(manifest, expected):
+        raise IngestError(f"another run published dataset version {expected} while run {run_id} was running; "
+                          "nothing was published: run the ingest again to deduplicate against it")
+    return manifest

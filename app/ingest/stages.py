@@ -135,7 +135,7 @@ class RunLedger:
 RunLedgerActor = ray.remote(num_cpus=0)(RunLedger)
 
 
-def _report(ledger: Any, name: str, rows_in: int, rows_out: int, t0: float) -> None:
+def _stage_done(ledger: Any, name: str, rows_in: int, rows_out: int, t0: float) -> None:
     ray.get(ledger.stage.remote(name, rows_in, rows_out, time.perf_counter() - t0))
 
 
@@ -166,7 +166,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_ur
         replaced_docs += len(parsed.docs) if parsed.replaced_bytes else 0
     ray.get([ledger.files_read.remote(batch.num_rows - len(bad_files), len(docs), replaced_bytes, replaced_docs),
              ledger.unreadable.remote(bad_files, True), ledger.unreadable.remote(bad_records, False)])
-    _report(ledger, "parse", batch.num_rows, len(docs), t0)
+    _stage_done(ledger, "parse", batch.num_rows, len(docs), t0)
     return _table(docs, DOC_SCHEMA)
 
 
@@ -193,7 +193,7 @@ def normalize_docs(batch: pa.Table, *, ledger: Any, min_chars: int) -> pa.Table:
         out.append({**row, "doc_id": doc_id, "text": text, "content_hash": content_hash(text)})
     if empty:
         ray.get(ledger.dropped.remote(empty))
-    _report(ledger, "normalize", batch.num_rows, len(out), t0)
+    _stage_done(ledger, "normalize", batch.num_rows, len(out), t0)
     return _table(out, DOC_SCHEMA.append(pa.field("content_hash", pa.string())))
 
 
@@ -203,7 +203,7 @@ def exact_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
                                              batch.column("content_hash").to_pylist(),
                                              batch.column("source").to_pylist()))
     out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
-    _report(ledger, "exact_dedup", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "exact_dedup", batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -211,7 +211,7 @@ def minhash(batch: pa.Table, *, ledger: Any, num_perm: int, shingle_words: int) 
     t0 = time.perf_counter()
     sigs = [signature(t, num_perm, shingle_words).tolist() for t in batch.column("text").to_pylist()]
     out = batch.append_column("minhash", pa.array(sigs, pa.list_(pa.uint64())))
-    _report(ledger, "minhash", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "minhash", batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -225,7 +225,7 @@ def near_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
     keep = ray.get(ledger.check_near.remote(rows))
     out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
     out = out.drop_columns(["minhash", "content_hash"])
-    _report(ledger, "near_dedup", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "near_dedup", batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -252,7 +252,7 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
                 "end_char": span.end_char, "n_tokens": span.n_tokens,
                 "metadata": json.dumps({**json.loads(doc["metadata"]), "n_chunks": len(spans)}),
             })
-    _report(ledger, "chunk", batch.num_rows, len(rows), t0)
+    _stage_done(ledger, "chunk", batch.num_rows, len(rows), t0)
     return _table(rows, CHUNK_SCHEMA)
 
 
@@ -292,5 +292,5 @@ class Embedder:
                                             show_progress_bar=False)
         flat = pa.array(vecs.reshape(-1), pa.float32())
         out = batch.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, self.dim))
-        _report(self.ledger, "embed", batch.num_rows, out.num_rows, t0)
+        _stage_done(self.ledger, "embed", batch.num_rows, out.num_rows, t0)
         return out

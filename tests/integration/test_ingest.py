@@ -1,7 +1,7 @@
 import pyarrow.parquet as pq
 import pytest
 
-from app.catalog import Catalog
+from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
 from app.ingest.pipeline import IngestError, run_ingest
@@ -105,3 +105,18 @@ def test_index_build_from_a_dataset_version(ray_cluster, corpus, cfg, tmp_path):
     assert hits[0].doc_id == "zebra"
     with pytest.raises(ValueError, match="dataset version 42 does not exist"):
         build_index(storage, cfg, 42)
+
+
+def test_a_run_never_publishes_over_a_version_it_did_not_deduplicate_against(ray_cluster, corpus, cfg, tmp_path):
+    path, _ = corpus
+    storage = Storage(str(tmp_path / "store"))
+    catalog = Catalog(storage)
+
+    def someone_else_publishes(_ledger):  # called once the run has read the latest version (none yet)
+        other = Manifest(kind="datasets", version=0, created_at=now_iso(),
+                         embedder=EmbedderInfo(name="all-MiniLM-L6-v2", revision="x", dim=384))
+        assert catalog.publish(other).version == 1
+
+    with pytest.raises(IngestError, match="another run published dataset version 1 .* run the ingest again"):
+        run_ingest([str(path)], cfg, storage, on_start=someone_else_publishes)
+    assert [m.version for m in catalog.versions("datasets")] == [1]

@@ -39,7 +39,9 @@ def test_publish_numbers_versions_and_hides_unfinished(tmp_path):
     assert [v.version for v in c.versions("datasets")] == [1]
     assert c.publish(manifest()).version == 3
     assert c.latest("datasets").version == 3
-    with pytest.raises(ValueError, match=r"dataset version 7 does not exist \(published: \[1, 3\]\)"):
+    assert c.publish_as(manifest(), 3) is False and c.latest("datasets").version == 3  # taken: not overwritten
+    assert c.publish_as(manifest(), 4) is True
+    with pytest.raises(ValueError, match=r"dataset version 7 does not exist \(published: \[1, 3, 4\]\)"):
         c.get("datasets", 7)
 
 
