@@ -34,7 +34,7 @@ def big_corpus(d: Path, start: int = 0) -> Path:
 def wait_for(pred, timeout: float, what: str):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if (got := pred()) :
+        if got := pred():
             return got
         time.sleep(0.5)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
@@ -66,8 +66,12 @@ def test_killed_driver_leaves_no_version_and_rerun_completes(ray_cluster, tmp_pa
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster, str(corpus), str(store)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+        # The segment directory appears when the pipeline starts executing; embedding ~240 chunks then takes
+        # well over 10 s on 2 cores, so a kill 3 s later lands in the middle of the run.
         segments = store / "datasets" / "segments"
-        wait_for(lambda: list(segments.glob("*/*.parquet")), 240, "the first shard to be written")
+        wait_for(lambda: list(segments.glob("*")), 240, "the pipeline to start writing")
+        time.sleep(3)
+        assert proc.poll() is None, "the run finished before it could be killed"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -101,8 +105,8 @@ def test_service_survives_caller_and_recovers_after_restart(ray_cluster, tmp_pat
     # a second run: kill the service while it runs; it restarts, re-reads the catalog and re-runs it
     second = big_corpus(tmp_path / "second", start=N_DOCS)
     run2 = ray.get(service.submit.remote([str(second)], __import__("app.config").config.load_config().model_dump()))
-    wait_for(lambda: ray.get(service.status.remote(run2)).get("progress", {}).get("stages", {}).get("embed"),
-             240, "the second run to start embedding")
+    wait_for(lambda: ray.get(service.status.remote(run2)).get("progress", {}).get("stages", {}).get("chunk"),
+             240, "the second run to be chunking (embedding comes next and takes many seconds)")
     ray.kill(service, no_restart=False)
     final = wait_for(lambda: (s := ray.get(service.status.remote(run2)))["state"] in ("succeeded", "failed") and s,
                      400, "the re-queued run to finish")
