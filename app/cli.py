@@ -25,7 +25,7 @@ index_app = typer.Typer(help="Index versions.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluation.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
-out = Console()
+out = Console(file=sys.stdout)  # bound now: _connect later points sys.stdout at stderr
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line, whatever the terminal width
 
 DEMO_QUESTION = "How do I make sure clean-up code runs even when an exception is raised?"
@@ -62,6 +62,9 @@ def _connect(c: Context) -> None:
     from app.raycluster import connect
 
     connect(c.address)
+    # Ray prints raylet/worker notices to sys.stdout from background threads; send them to stderr so stdout
+    # carries only our output (tables, or --json that parses).
+    sys.stdout = sys.stderr
 
 
 def _print_json(obj: Any) -> None:
