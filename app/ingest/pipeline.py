@@ -153,10 +153,15 @@ def _parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def parquet_rows(storage: Storage, rel: str) -> int:
+    """Row count from the footer alone (no data read)."""
+    with storage.fs.open_input_file(storage.path(rel)) as f:
+        return int(pq.ParquetFile(f).metadata.num_rows)
+
+
 def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage, chunk_files: list[str],
             wall: float) -> dict[str, Any]:
-    rows_written = sum(pq.ParquetFile(storage.fs.open_input_file(storage.path(f))).metadata.num_rows
-                       for f in chunk_files)
+    rows_written = sum(parquet_rows(storage, f) for f in chunk_files)
     stage_rows = snap["stages"]
     chunks = stage_rows.get("chunk", {}).get("rows_out", 0)
     embeddings = stage_rows.get("embed", {}).get("rows_out", 0)
@@ -182,8 +187,7 @@ def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage,
 
 def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
                      chunk_files: list[str], docs_rel: str, report: dict[str, Any]) -> Manifest:
-    new_files = [catalog.file_entry(f, rows=pq.ParquetFile(catalog.storage.fs.open_input_file(
-        catalog.storage.path(f))).metadata.num_rows) for f in [*chunk_files, docs_rel]]
+    new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in [*chunk_files, docs_rel]]
     prev_counts = previous.counts if previous else {}
     dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
         "embedding").type.list_size

@@ -173,7 +173,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_ur
 def _quarantine(storage_uri: str, run_id: str, source: str, data: bytes, reason: str) -> str:
     storage = Storage(storage_uri)
     name = source.rsplit("/", 1)[-1]
-    rel = f"quarantine/{run_id}/{chunking.chunk_id(source, 0, '', '')[:8]}-{name}"
+    rel = f"quarantine/{run_id}/{content_hash(source)[:8]}-{name}"  # the prefix keeps same-named files apart
     storage.write_bytes(rel, data)
     storage.write_json(f"{rel}.reason.json", {"source": source, "reason": reason, "run_id": run_id})
     return rel
