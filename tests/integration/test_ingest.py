@@ -29,7 +29,12 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     assert report["inputs"] == {"files": want["files"], "unreadable_files": 1, "skipped_files": []}
     assert report["chunks"] == report["embeddings"] > docs["kept"]  # the 120-word topics take two chunks
     assert report["decode_replacements"] == {"bytes": 4, "documents": 1}
-    assert report["near_duplicates"][0]["duplicate_of"] == "doc3"
+    # near-copy.txt and doc3 arrive in parallel blocks: whichever reaches the ledger first is kept
+    (near,) = report["near_duplicates"]
+    if near["doc_id"] == "doc3":
+        assert near["source"].endswith("main.jsonl") and len(near["duplicate_of"]) == 24  # near-copy.txt's derived id
+    else:
+        assert near["source"].endswith("near-copy.txt") and near["duplicate_of"] == "doc3"
     assert set(report["stages"]) == {"parse", "normalize", "exact_dedup", "minhash", "near_dedup", "chunk", "embed"}
     (q,) = report["quarantined"]
     assert q["source"].endswith("corrupt.parquet") and "parquet" in q["reason"]
