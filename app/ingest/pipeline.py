@@ -124,7 +124,8 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
     assert reconcile(snap), f"ingest counts do not reconcile: {report['documents']}"
     files = inputs.files
     if snap["files"]["unreadable"] > cfg.ingest.read.max_error_fraction * len(files):
-        names = "; ".join(f"{q['source']}: {q['reason']}" for q in sorted(snap["quarantined"], key=lambda q: q["source"]))
+        bad = sorted(snap["quarantined"], key=lambda q: q["source"])
+        names = "; ".join(f"{q['source']}: {q['reason']}" for q in bad)
         raise IngestError(f"{snap['files']['unreadable']} of {len(files)} input files are unreadable (more than "
                           f"ingest.read.max_error_fraction={cfg.ingest.read.max_error_fraction}); no version was "
                           f"published. Unreadable: {names}")
