@@ -143,6 +143,93 @@ class SearchConfig(_Config):
     lexical_weight: float = Field(default=1.0, ge=0, description="RRF weight of the BM25 ranking.")
 
 
+class RetrieverConfig(_Config):
+    """The Retriever deployment: which index version it serves and how it batches query embeddings."""
+
+    index_version: int | None = Field(
+        default=None, ge=1, description="Serve this index version only. None: the latest, hot-swapped when a newer "
+        "one is published."
+    )
+    poll_interval_s: float = Field(default=2.0, gt=0, description="How often (seconds) to look for a new index "
+                                   "version in the catalog.")
+    max_batch_size: int = Field(default=32, ge=1, description="Queries embedded together (@serve.batch).")
+    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch to "
+                                        "fill before embedding what has arrived.")
+
+
+class RerankerConfig(_Config):
+    """The Reranker deployment: a sentence-transformers CrossEncoder over the retriever's candidates."""
+
+    model: str | None = Field(
+        default=None, description="Local directory or hub id of a CrossEncoder. None: no reranking (the retriever's "
+        "order passes through and responses say reranker: none)."
+    )
+    candidates: int = Field(default=20, ge=1, le=1000, description="Retrieved chunks the reranker scores.")
+    max_length: int = Field(default=256, ge=16, description="Tokens of (question, passage) the cross-encoder reads.")
+    max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")
+    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch.")
+
+
+class GeneratorConfig(_Config):
+    """The Generator deployment: one interface, three engines."""
+
+    engine: Literal["transformers", "vllm", "openai"] = Field(
+        default="transformers", description="transformers: in-replica on CPU (the default); vllm: vLLM's async "
+        "engine in the replica (GPU); openai: any OpenAI-compatible server at base_url."
+    )
+    model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory or hub id "
+                       "(for openai: the model name the server knows).")
+    max_new_tokens: int = Field(default=160, ge=1, le=8192, description="Most tokens generated per answer.")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_context_tokens: int = Field(
+        default=2048, ge=256, description="Prompt + answer budget in tokens. Passages that do not fit are dropped, "
+        "lowest-ranked first; the question is never cut."
+    )
+    passages: int = Field(default=4, ge=1, le=50, description="Most passages put in the prompt.")
+    system_prompt: str = Field(
+        default="Answer the question using only the numbered passages. After each fact, cite the passage it comes "
+        "from by its number in square brackets, like [1]. If the passages do not contain the answer, say that you "
+        "do not know.",
+        description="System message in front of every prompt.",
+    )
+    cache_dir: str | None = Field(default=None, description="Where the packaged GGUF is converted to safetensors. "
+                                  "None: RAGLINE_CACHE or ~/.cache/ragline.")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="vllm: GPUs one replica shards the model over.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vllm: fraction of GPU memory used.")
+    max_model_len: int | None = Field(default=None, ge=256, description="vllm: context length. None: the model's.")
+    base_url: str | None = Field(default=None, description="openai: the server's base URL (ending in /v1).")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    request_timeout_s: float = Field(default=120.0, gt=0, description="openai: timeout per request (seconds).")
+
+    @model_validator(mode="after")
+    def _openai_needs_url(self) -> GeneratorConfig:
+        if self.engine == "openai" and not self.base_url:
+            raise ValueError("engine openai needs base_url (for example http://vllm:8000/v1)")
+        return self
+
+
+class ApiConfig(_Config):
+    """The HTTP ingress: limits on what callers may send."""
+
+    max_body_bytes: int = Field(default=65_536, ge=1024, description="Largest request body; larger gets 413.")
+    max_question_tokens: int = Field(default=256, ge=8, description="Longest question in embedder tokens (the "
+                                     "embedder reads no more); longer gets 422.")
+    max_top_k: int = Field(default=100, ge=1, description="Largest top_k a caller may ask for.")
+    request_timeout_s: float = Field(default=120.0, gt=0, description="A request running longer is cancelled "
+                                     "downstream and gets 504.")
+    retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 on overload.")
+
+
+class ServeConfig(_Config):
+    """The Serve graph: retriever → reranker → generator behind the ingress."""
+
+    retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)
+    reranker: RerankerConfig = Field(default_factory=RerankerConfig)
+    generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+
+
 class AppConfig(_Config):
     """Everything Ragline reads from a config file."""
 
@@ -154,6 +241,7 @@ class AppConfig(_Config):
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     index: IndexConfig = Field(default_factory=IndexConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -15,6 +15,8 @@ RAGLINE_CONFIG: str = os.environ.get("RAGLINE_CONFIG", "")
 RAGLINE_API_KEYS: str = os.environ.get("RAGLINE_API_KEYS", "")
 #: A file holding API keys, one per line.
 RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
+#: Local cache for converted models. Default: ~/.cache/ragline
+RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
 
 
 def storage_root() -> str:
@@ -23,3 +25,12 @@ def storage_root() -> str:
 
 def ray_address() -> str | None:
     return RAY_ADDRESS or None
+
+
+def cache_dir() -> str:
+    return RAGLINE_CACHE or os.path.expanduser("~/.cache/ragline")
+
+
+def secret(name: str) -> str:
+    """A secret the config names by environment variable (for example the openai engine's API key)."""
+    return os.environ.get(name, "")

@@ -1,0 +1,181 @@
+"""Generator engines behind one interface: `count_tokens(messages)` and `stream(messages, sampling)`.
+
+`stream` yields `{"text": delta}` pieces and ends with one `{"finish_reason", "prompt_tokens",
+"completion_tokens"}`. Closing the stream early (a cancelled request, a client gone) stops generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app import envs
+from app.config import GeneratorConfig
+from app.models import generator as generator_model
+from app.rag.prompt import Message
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop: tuple[str, ...] = ()
+
+
+class Engine(Protocol):
+    model: str  # the name callers see (OpenAI "model")
+
+    def count_tokens(self, messages: list[Message]) -> int: ...
+
+    def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]: ...
+
+
+def make_engine(cfg: GeneratorConfig) -> Engine:
+    if cfg.engine == "transformers":
+        return TransformersEngine(cfg)
+    if cfg.engine == "vllm":
+        return VLLMEngine(cfg)
+    return OpenAIEngine(cfg)
+
+
+class _ChatTemplateTokens:
+    """Token counting with the model's own chat template (transformers and vLLM share the HF tokenizer)."""
+
+    tokenizer: Any
+
+    def render(self, messages: list[Message]) -> str:
+        return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> int:
+    """Index where the first stop string starts in `text` (len(text) if none does)."""
+    return min((i for s in stop if (i := text.find(s)) >= 0), default=len(text))
+
+
+class TransformersEngine(_ChatTemplateTokens):
+    """transformers `generate` in a worker thread, streamed token by token (the CPU default)."""
+
+    def __init__(self, cfg: GeneratorConfig):
+        path = generator_model.resolve(cfg.model, cfg.cache_dir or envs.cache_dir())
+        self.model_obj, self.tokenizer = generator_model.load(path)
+        self.model = cfg.model
+
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+        import torch
+        from transformers import AsyncTextIteratorStreamer, StoppingCriteria, StoppingCriteriaList
+
+        stop = threading.Event()
+
+        class _Stopped(StoppingCriteria):
+            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
+                return stop.is_set()
+
+        inputs = self.tokenizer(self.render(messages), return_tensors="pt", add_special_tokens=False)
+        n_prompt = int(inputs["input_ids"].shape[1])
+        streamer = AsyncTextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        greedy = sampling.temperature == 0
+        kwargs = dict(**inputs, max_new_tokens=sampling.max_new_tokens, streamer=streamer, do_sample=not greedy,
+                      stopping_criteria=StoppingCriteriaList([_Stopped()]),
+                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+                      **({} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}))
+
+        def run() -> Any:
+            with torch.inference_mode():
+                return self.model_obj.generate(**kwargs)
+
+        task = asyncio.get_running_loop().run_in_executor(None, run)
+        text = ""
+        try:
+            async for piece in streamer:
+                emitted, text = len(text), text + piece
+                if (cut := _cut_at_stop(text, sampling.stop)) < len(text):  # a stop string: end before it
+                    piece = text[emitted:cut]
+                    stop.set()
+                if piece:
+                    yield {"text": piece}
+                if stop.is_set():
+                    break
+            out = await task
+            n_new = int(out.shape[1]) - n_prompt
+            finish = "length" if not stop.is_set() and n_new >= sampling.max_new_tokens else "stop"
+            yield {"finish_reason": finish, "prompt_tokens": n_prompt, "completion_tokens": n_new}
+        finally:
+            stop.set()  # cancelled or closed early: generate() returns at its next token
+
+
+class VLLMEngine(_ChatTemplateTokens):
+    """vLLM's async engine (V1 `AsyncLLM`) inside the replica: continuous batching across concurrent requests."""
+
+    def __init__(self, cfg: GeneratorConfig):
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        path = generator_model.resolve(cfg.model, cfg.cache_dir or envs.cache_dir())
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
+            model=path, tensor_parallel_size=cfg.tensor_parallel_size,
+            gpu_memory_utilization=cfg.gpu_memory_utilization, max_model_len=cfg.max_model_len))
+        self.model = cfg.model
+
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+                                top_p=sampling.top_p, stop=list(sampling.stop) or None,
+                                output_kind=RequestOutputKind.DELTA)
+        n_new = 0
+        # AsyncLLM aborts the request itself when this generator is cancelled or closed
+        async for out in self.engine.generate(prompt=self.render(messages), sampling_params=params,
+                                              request_id=uuid.uuid4().hex):
+            piece = out.outputs[0]
+            n_new += len(piece.token_ids)
+            if piece.text:
+                yield {"text": piece.text}
+            if out.finished:
+                yield {"finish_reason": piece.finish_reason or "stop",
+                       "prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": n_new}
+
+
+class OpenAIEngine:
+    """Any OpenAI-compatible server (a `vllm serve` fleet, `ray.serve.llm`) through the official client."""
+
+    CHARS_PER_TOKEN = 4  # no tokenizer for a remote model: prompts are fitted on this estimate
+
+    def __init__(self, cfg: GeneratorConfig):
+        from openai import AsyncOpenAI
+
+        assert cfg.base_url, "validated by GeneratorConfig"
+        self.client = AsyncOpenAI(base_url=cfg.base_url, api_key=envs.secret(cfg.api_key_env) or "none",
+                                  timeout=cfg.request_timeout_s)
+        self.model = cfg.model
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return sum(len(m["content"]) // self.CHARS_PER_TOKEN + 4 for m in messages)
+
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+        chunks = await self.client.chat.completions.create(
+            model=self.model, messages=messages, stream=True,  # type: ignore[arg-type]
+            max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
+            stop=list(sampling.stop) or None, stream_options={"include_usage": True})
+        finish, usage = "stop", None
+        try:
+            async for chunk in chunks:
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        yield {"text": choice.delta.content}
+                    finish = choice.finish_reason or finish
+                usage = chunk.usage or usage
+        finally:
+            await chunks.close()  # closes the HTTP stream, which stops generation on the server
+        yield {"finish_reason": finish, "prompt_tokens": usage.prompt_tokens if usage else 0,
+               "completion_tokens": usage.completion_tokens if usage else 0}

@@ -1,0 +1,84 @@
+"""Deploying the Serve graph from a Serve config YAML (what `ragline serve` does) and calling the endpoint.
+
+The YAML is the same one `serve run` / `serve deploy` take; Ragline only fills in the application's `args`
+(storage root, config file, overrides) and deploys it through Serve's controller exactly as `serve run` does.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from app.storage import Storage
+
+DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "serve_cpu.yaml"
+APP_NAME = "ragline"
+
+
+def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
+                      api_keys_file: str | None = None) -> Any:
+    """The validated `ServeDeploySchema` with Ragline's application args filled in."""
+    from ray.serve.schema import ServeDeploySchema
+
+    p = Path(path) if path else DEFAULT_SERVE_CONFIG
+    if not p.is_file():
+        raise ValueError(f"Serve config {p} does not exist")
+    raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or not raw.get("applications"):
+        raise ValueError(f"Serve config {p} has no applications")
+    for app in raw["applications"]:
+        if app.get("import_path") == "deployments.graph:build_app":
+            args = app.setdefault("args", {}) or {}
+            args["storage"] = str(storage.local_path()) if storage.is_local else storage.uri
+            if config_file:
+                args["config_file"] = str(Path(config_file).resolve())
+            args["overrides"] = [*(args.get("overrides") or []), *overrides]
+            if api_keys_file:
+                args["api_keys_file"] = str(Path(api_keys_file).resolve())
+            app["args"] = args
+    try:
+        return ServeDeploySchema.model_validate(raw)
+    except Exception as e:  # pydantic's message names the field
+        raise ValueError(f"Serve config {p} is invalid: {e}") from e
+
+
+def url_of(schema: Any) -> str:
+    host = schema.http_options.host
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{schema.http_options.port}"
+
+
+def deploy(schema: Any, timeout_s: float = 600) -> None:
+    """Starts Serve with the config's HTTP options and deploys its applications; waits until RUNNING."""
+    from ray import serve
+    from ray.serve._private.api import serve_start  # what `serve run CONFIG` calls
+
+    client = serve_start(http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location)
+    client.deploy_apps(schema, _blocking=False)
+    deadline = time.time() + timeout_s
+    names = [a.name for a in schema.applications]
+    while True:
+        apps = serve.status().applications
+        states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
+        if all(s == "RUNNING" for s in states.values()):
+            return
+        failed = {n: apps[n].message for n, s in states.items() if s in ("DEPLOY_FAILED", "UNHEALTHY")}
+        if failed:
+            raise RuntimeError(f"Serve application failed to deploy: {failed}")
+        if time.time() > deadline:
+            raise RuntimeError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
+        time.sleep(1)
+
+
+def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> dict[str, Any]:
+    r = httpx.post(f"{url.rstrip('/')}/v1/query", json={"question": question, **params},
+                   headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
+    body = r.json()
+    if r.status_code != 200:
+        err = body.get("error", {}) if isinstance(body, dict) else {}
+        kind = ValueError if r.status_code < 500 else RuntimeError  # the caller's mistake, or the server's
+        raise kind(f"{url} answered {r.status_code}: {err.get('message', body)}")
+    return dict(body)

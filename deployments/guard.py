@@ -1,0 +1,94 @@
+"""A pure ASGI middleware in front of the API: bearer-key check, request body size limit, request counters.
+
+Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client-disconnect detection pass through untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ray.util.metrics import Counter
+
+from app import apikeys
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def error_body(kind: str, message: str) -> bytes:
+    return json.dumps({"error": {"type": kind, "message": message}}).encode()
+
+
+async def send_error(send: Send, status: int, kind: str, message: str,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = error_body(kind, message)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, keys: list[str], max_body_bytes: int):
+        assert keys, "the API needs at least one key"
+        self.app, self.keys, self.max_body = app, keys, max_body_bytes
+        self.requests = Counter("ragline_http_requests_total", description="HTTP requests by route and status.",
+                                tag_keys=("route", "status"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = scope["path"]
+        status = {"code": 500}
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, counted_send)
+        finally:
+            self.requests.inc(tags={"route": route, "status": str(status["code"])})
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] not in OPEN_PATHS:
+            headers = dict(scope["headers"])
+            scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not apikeys.matches(key.strip(), self.keys):
+                return await send_error(send, 401, "unauthorized", "missing or invalid API key "
+                                        "(send Authorization: Bearer <key>)", [(b"www-authenticate", b"Bearer")])
+            declared = headers.get(b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+                return await send_error(send, 413, "request_too_large",
+                                        f"request body is {int(declared)} bytes; the limit is {self.max_body}")
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        # Read the body here (it is small by construction) so a chunked body over the limit is refused too.
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                return await send_error(send, 413, "request_too_large",
+                                        f"request body is over the limit of {self.max_body} bytes")
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later reads wait for the client's disconnect, as the server's would
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,122 @@
+"""Retriever deployment: the serving index version, query embeddings batched across requests, dense / lexical /
+hybrid search.
+
+It follows the catalog: a newer index version is loaded in a background thread and swapped in with one
+assignment, so a request sees either the old index or the new one, never a half-loaded one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from ray import serve
+from ray.util.metrics import Gauge
+
+from app.catalog import Catalog
+from app.index.search import Index, Mode
+from app.models import embedder
+from deployments.settings import Settings
+
+log = logging.getLogger("ray.serve")
+
+
+class NotReady(RuntimeError):
+    """No index version is published yet."""
+
+
+@serve.deployment(name="Retriever")
+class Retriever:
+    def __init__(self, settings: Settings):
+        cfg = settings.app
+        self.cfg, self.rcfg = cfg.search, cfg.serve.retriever
+        self.storage = settings.open_storage()
+        self.index: Index | None = None
+        self.models: dict[str, Any] = {}  # embedder revision → loaded SentenceTransformer
+        self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
+        self._embed.set_max_batch_size(self.rcfg.max_batch_size)
+        self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)
+        self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
+        self._stopped = threading.Event()
+        threading.Thread(target=self._watch, name="index-watch", daemon=True).start()
+
+    def _refresh(self) -> None:
+        """Loads the pinned or latest index version if it is not the one served."""
+        catalog = Catalog(self.storage)
+        want = self.rcfg.index_version
+        latest = catalog.get("indexes", want) if want else catalog.latest("indexes")
+        if latest is None or (self.index is not None and latest.version == self.index.version):
+            return
+        index = Index.load(self.storage, latest.version)
+        info = index.manifest.embedder
+        if info.revision not in self.models:
+            if embedder.revision(info.name) != info.revision:
+                raise ValueError(f"index version {index.version} was built with {info.name} ({info.revision}); "
+                                 f"the installed model is {embedder.revision(info.name)}")
+            self.models[info.revision] = embedder.load(info.name)
+        self.index = index  # the swap: one reference assignment, atomic for the requests that follow
+        self.version_gauge.set(index.version)
+        log.info("serving index version %s", index.version)
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(self.rcfg.poll_interval_s):
+            try:
+                self._refresh()
+            except Exception:  # a damaged or half-copied new version: keep serving the current one, retry later
+                log.exception("could not load the new index version; still serving %s",
+                              self.index.version if self.index else None)
+
+    def _serving(self) -> Index:
+        if self.index is None:
+            raise NotReady("no index version is published yet: run `ragline ingest` first")
+        return self.index
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def _embed(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
+        """(embedder revision, text) pairs from concurrent requests → one encode call per revision."""
+        out: list[np.ndarray | None] = [None] * len(items)
+        for rev in {r for r, _ in items}:
+            rows = [i for i, (r, _) in enumerate(items) if r == rev]
+            vecs = await asyncio.to_thread(self.models[rev].encode, [items[i][1] for i in rows],
+                                           normalize_embeddings=True, convert_to_numpy=True,
+                                           show_progress_bar=False)
+            for i, v in zip(rows, vecs, strict=True):
+                out[i] = np.asarray(v, dtype=np.float32)
+        assert all(v is not None for v in out)
+        return out  # type: ignore[return-value]
+
+    async def retrieve(self, query: str, mode: Mode | None = None, k: int | None = None,
+                       sources: list[str] | None = None) -> dict[str, Any]:
+        index = self._serving()  # this request keeps this index even if a swap happens meanwhile
+        mode = mode or self.cfg.mode
+        t0 = time.perf_counter()
+        vector = None if mode == "lexical" else await self._embed((index.manifest.embedder.revision, query))
+        t1 = time.perf_counter()
+        hits = await asyncio.to_thread(index.search, query, vector, mode, k or self.cfg.top_k, self.cfg, sources)
+        return {"index_version": index.version, "mode": mode, "hits": [h.to_dict() for h in hits],
+                "timings_ms": {"embed": (t1 - t0) * 1e3, "search": (time.perf_counter() - t1) * 1e3}}
+
+    async def embed(self, texts: list[str]) -> dict[str, Any]:
+        index = self._serving()
+        rev = index.manifest.embedder.revision
+        vectors = await asyncio.gather(*(self._embed((rev, t)) for t in texts))
+        return {"model": index.manifest.embedder.name, "vectors": [v.tolist() for v in vectors]}
+
+    def count_tokens(self, text: str) -> int:
+        index = self._serving()
+        tok = self.models[index.manifest.embedder.revision].tokenizer
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    def ready(self) -> dict[str, Any]:
+        if self.index is None:
+            return {"ready": False, "reason": "no index version is published yet"}
+        m = self.index.manifest
+        return {"ready": True, "index_version": m.version, "dataset_version": m.parent,
+                "embedder": m.embedder.name, "chunks": len(self.index.chunks)}
+
+    def __del__(self) -> None:
+        self._stopped.set()

@@ -1,0 +1,114 @@
+"""Request bodies of the HTTP API. Unknown fields are errors (422 naming the field), so a typo in a parameter
+never silently falls back to a default; the OpenAI-compatible bodies accept the OpenAI parameters clients send."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty or only whitespace")
+    return v.strip()
+
+
+Mode = Literal["dense", "lexical", "hybrid"]
+
+
+class RetrieveRequest(_Body):
+    query: str = Field(description="The search text.")
+    top_k: int = Field(default=10, ge=1, description="Chunks returned (at most api.max_top_k).")
+    mode: Mode | None = Field(default=None, description="dense, lexical or hybrid. None: the configured mode.")
+    sources: list[str] | None = Field(default=None, description="Only chunks whose source matches a glob.")
+
+    _query = field_validator("query")(_not_blank)
+
+
+class QueryRequest(_Body):
+    question: str = Field(description="The question to answer from the indexed documents.")
+    top_k: int = Field(default=5, ge=1, description="Passages retrieved (and reranked) as context candidates.")
+    mode: Mode | None = None
+    sources: list[str] | None = None
+    stream: bool = Field(default=False, description="Server-sent events: tokens, then citations, then done.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Answer length cap (tokens).")
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+    _question = field_validator("question")(_not_blank)
+
+
+class RerankRequest(_Body):
+    query: str
+    documents: list[str] = Field(min_length=1, max_length=1000, description="Texts to order by relevance.")
+    top_n: int | None = Field(default=None, ge=1, description="How many to return. None: all.")
+
+    _query = field_validator("query")(_not_blank)
+
+
+class EmbeddingsRequest(_Body):
+    input: str | list[str] = Field(description="Text or texts to embed (OpenAI `input`).")
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, description="Only the model's own dimension is accepted.")
+    user: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _inputs(cls, v: str | list[str]) -> str | list[str]:
+        texts = [v] if isinstance(v, str) else v
+        if not texts or len(texts) > 256:
+            raise ValueError("give 1 to 256 texts")
+        if any(not t.strip() for t in texts):
+            raise ValueError("texts must not be empty or only whitespace")
+        return v
+
+
+class TextPart(_Body):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # clients add name, tool_call_id, …: harmless for RAG
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "\n".join(p.text for p in self.content)
+        return self.content or ""
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Body):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int = Field(default=1, ge=1, le=1, description="Only one choice is generated.")
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    user: str | None = None
+    # Ragline's own retrieval knobs (OpenAI clients pass them with extra_body)
+    top_k: int = Field(default=5, ge=1)
+    mode: Mode | None = None
+    sources: list[str] | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _ends_with_user(cls, v: list[ChatMessage]) -> list[ChatMessage]:
+        if v[-1].role != "user" or not v[-1].text().strip():
+            raise ValueError("the last message must be a non-empty user message (it is the question)")
+        return v
