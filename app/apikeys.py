@@ -18,8 +18,9 @@ def _parse(text: str) -> list[str]:
     return [line.strip() for line in text.replace(",", "\n").splitlines() if line.strip() and not line.startswith("#")]
 
 
-def load(storage: Storage, keys_file: str | None = None) -> tuple[list[str], str, str | None]:
-    """(keys, where they come from, a key generated now or None). `keys_file` overrides the environment's file."""
+def load(storage: Storage, keys_file: str | None = None, create: bool = True) -> tuple[list[str], str, str | None]:
+    """(keys, where they come from, a key generated now or None). `keys_file` overrides the environment's file;
+    with no key anywhere, one is generated under the storage root (`create`) or that is an error."""
     if envs.RAGLINE_API_KEYS and not keys_file:
         return _parse(envs.RAGLINE_API_KEYS), "RAGLINE_API_KEYS", None
     if path := keys_file or envs.RAGLINE_API_KEYS_FILE:
@@ -30,6 +31,9 @@ def load(storage: Storage, keys_file: str | None = None) -> tuple[list[str], str
         if not keys:
             raise ValueError(f"API key file {p} holds no key")
         return keys, str(p), None
+    if not create and not storage.exists(KEY_FILE):
+        raise ValueError(f"no API key: set RAGLINE_API_KEYS or RAGLINE_API_KEYS_FILE, or run `ragline serve` "
+                         f"(it keeps one in {storage.path(KEY_FILE)})")
     new = f"rl-{secrets.token_urlsafe(24)}"
     created = storage.create_exclusive(KEY_FILE, (new + "\n").encode())
     if created and storage.is_local:

@@ -36,6 +36,8 @@ class Context:
     cfg: AppConfig
     storage: Storage
     address: str | None
+    config_file: str | None  # as given, for deployments that load the config themselves (Serve args)
+    overrides: list[str]
 
 
 def open_storage(root: str) -> Storage:
@@ -53,9 +55,11 @@ def main_options(
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config field, e.g. "
                                                    "--set ingest.chunk.chunk_tokens=128 (repeatable).")] = None,
 ) -> None:
-    cfg = load_config(config or envs.RAGLINE_CONFIG or None, set_ or [])
+    config_file = str(config) if config else envs.RAGLINE_CONFIG or None
+    cfg = load_config(config_file, set_ or [])
     root = storage or cfg.storage or envs.storage_root()
-    ctx.obj = Context(cfg=cfg, storage=open_storage(root), address=address or cfg.ray_address or envs.ray_address())
+    ctx.obj = Context(cfg=cfg, storage=open_storage(root), address=address or cfg.ray_address or envs.ray_address(),
+                      config_file=config_file, overrides=set_ or [])
 
 
 def _connect(c: Context) -> None:
@@ -245,6 +249,88 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
         out.print(v)
 
 
+# ---- serve / query --------------------------------------------------------------------------------------------
+ENDPOINT_FILE = "serve/endpoint.json"  # where `ragline serve` records the URL for `ragline query`
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    serve_config: Annotated[Path | None, typer.Option(help="Serve config YAML. [default: deployments/serve_cpu.yaml]")
+                            ] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port. [default: the Serve config's]")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="File of API keys, one per line. [default: "
+                                                       "RAGLINE_API_KEYS(_FILE) or the key under the storage root]")
+                             ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Deploy the RAG graph (retriever → reranker → generator behind the HTTP API) on the current Ray."""
+    from app import apikeys, serving
+
+    c: Context = ctx.obj
+    keys_file = str(api_keys_file) if api_keys_file else None
+    _, where, new_key = apikeys.load(c.storage, keys_file)
+    schema = serving.load_serve_config(serve_config, c.storage, c.config_file, c.overrides, keys_file)
+    if port is not None:
+        schema.http_options.port = port
+    if where == "RAGLINE_API_KEYS":  # replicas may run on other machines: hand them the keys with the app
+        for application in schema.applications:
+            application.runtime_env = {**(application.runtime_env or {}),
+                                       "env_vars": {"RAGLINE_API_KEYS": envs.RAGLINE_API_KEYS}}
+    _connect(c)
+    if not as_json:
+        err.print(f"deploying {[a.name for a in schema.applications]} (the first start converts and loads models)")
+    serving.deploy(schema)
+    url = serving.url_of(schema)
+    c.storage.write_json(ENDPOINT_FILE, {"url": url})
+    if as_json:
+        return _print_json({"url": url, "api_keys": where, **({"new_api_key": new_key} if new_key else {})})
+    out.print(f"Ragline is serving at [bold]{url}[/]  (OpenAI base URL: {url}/v1)")
+    if new_key:
+        out.print(f"API key (generated now, shown once; kept in {where}):\n  {new_key}")
+    else:
+        out.print(f"API keys: {where}")
+
+
+def _endpoint(c: Context, url: str | None, key: str | None) -> tuple[str, str]:
+    from app import apikeys
+
+    if not url:
+        if not c.storage.exists(ENDPOINT_FILE):
+            raise ValueError("no endpoint known: give --url, or run `ragline serve` with this --storage first")
+        url = str(c.storage.read_json(ENDPOINT_FILE)["url"])
+    if not key:
+        key = apikeys.load(c.storage, create=False)[0][0]
+    return url, key
+
+
+@app.command()
+def query(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question.")],
+    url: Annotated[str | None, typer.Option(help="Endpoint. [default: the one `ragline serve` started]")] = None,
+    key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
+    k: Annotated[int, typer.Option("-k", help="Passages retrieved as context.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Ask the running endpoint; prints the answer with its numbered sources."""
+    from app import serving
+
+    c: Context = ctx.obj
+    url, key = _endpoint(c, url, key)
+    body = serving.query(url, key, question, top_k=k)
+    if as_json:
+        return _print_json(body)
+    out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body['answer']}\n", soft_wrap=True)
+    for cite in body["citations"]:
+        mark = "*" if cite.get("cited") else " "
+        out.print(f" {mark}[{cite['n']}] {cite['title'] or cite['doc_id']}  ({cite['source']})", soft_wrap=True,
+                  markup=False)
+    t = body["timings_ms"]
+    out.print(f"\nindex v{body['index_version']} · reranker {body['models']['reranker']} · "
+              f"{body['models']['generator']} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")
+
+
 # ---- eval ------------------------------------------------------------------------------------------------------
 @eval_app.command("retrieval")
 def eval_retrieval(
@@ -288,16 +374,20 @@ def demo(
     ctx: typer.Context,
     question: Annotated[str, typer.Option(help="The question to answer at the end.")] = DEMO_QUESTION,
 ) -> None:
-    """The main job on the embedded default: local Ray, ingest the Python reference topics, index, search."""
+    """The main job on the embedded default: local Ray, ingest the Python reference topics, index, search,
+    serve the RAG graph and ask it."""
     c: Context = ctx.obj
     if not c.storage.is_local:
         raise ValueError("the demo writes its corpus under the storage root: use a local --storage")
     corpus = write_demo_corpus(c.storage.local_path("demo-corpus"))
-    out.print(f"[bold]1/3[/] demo corpus: {len(list(corpus.glob('*.md')))} Python reference topics in {corpus}")
-    out.print("[bold]2/3[/] ingesting through the IngestService (Ray Data pipeline → dataset + index version)")
+    out.print(f"[bold]1/4[/] demo corpus: {len(list(corpus.glob('*.md')))} Python reference topics in {corpus}")
+    out.print("[bold]2/4[/] ingesting through the IngestService (Ray Data pipeline → dataset + index version)")
     ingest(ctx, [str(corpus)], detach=False, in_process=False, index=True, as_json=False)
-    out.print("[bold]3/3[/] searching (hybrid: FAISS + BM25, reciprocal rank fusion)")
+    out.print("[bold]3/4[/] searching (hybrid: FAISS + BM25, reciprocal rank fusion)")
     search(ctx, question, mode=None, k=5, source=None, index=None, as_json=False)
+    out.print("[bold]4/4[/] serving the RAG graph on Ray Serve and asking it over HTTP")
+    serve(ctx, serve_config=None, port=None, api_keys_file=None, as_json=False)
+    query(ctx, question, url=None, key=None, k=5, as_json=False)
 
 
 def main() -> None:

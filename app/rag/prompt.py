@@ -28,7 +28,8 @@ def render_passages(passages: Sequence[dict[str, Any]]) -> str:
 def user_turn(question: str, passages: Sequence[dict[str, Any]]) -> str:
     if not passages:
         return f"There are no passages.\n\nQuestion: {question}"
-    return f"Passages:\n\n{render_passages(passages)}\n\nQuestion: {question}\nAnswer in one or two sentences and cite the passage number, like [1]."
+    return (f"Passages:\n\n{render_passages(passages)}\n\nQuestion: {question}\n"
+            "Answer in one or two sentences and cite the passage number, like [1].")
 
 
 def build_prompt(question: str, passages: Sequence[dict[str, Any]], *, system: str, count_tokens: CountTokens,

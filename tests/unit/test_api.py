@@ -1,0 +1,233 @@
+"""The HTTP API's contract over fake stages (FastAPI TestClient, no Ray): status codes, error bodies, SSE framing,
+OpenAI response shapes."""
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from ray.serve.exceptions import BackPressureError
+
+from app.config import ServeConfig
+from deployments.ingress import build_api
+from deployments.retriever import NotReady
+
+KEY = "test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+HIT = {"rank": 1, "score": 0.5, "chunk_id": "c1", "doc_id": "zebra", "chunk_index": 0, "source": "/d/z.txt",
+       "title": "Zebras", "text": "Zebras cross the Mara river in July.", "start_char": 0, "end_char": 36}
+HIT2 = {**HIT, "rank": 2, "score": 0.25, "chunk_id": "c2", "doc_id": "lion", "title": "Lions", "text": "Lions nap."}
+
+
+class FakeStages:
+    """Deterministic stand-ins for the three deployments; `fail` makes the named stage raise."""
+
+    def __init__(self):
+        self.fail: dict[str, BaseException] = {}
+        self.slow = 0.0
+        self.calls: list[str] = []
+
+    def _maybe_fail(self, stage: str) -> None:
+        self.calls.append(stage)
+        if stage in self.fail:
+            raise self.fail[stage]
+
+    async def retrieve(self, query, mode, k, sources):
+        self._maybe_fail("retrieve")
+        return {"index_version": 3, "mode": mode or "hybrid", "hits": [HIT, HIT2][:k], "timings_ms": {"embed": 1.0}}
+
+    async def rerank(self, query, passages, top_n):
+        self._maybe_fail("rerank")
+        return {"reranker": "none", "passages": passages[:top_n]}
+
+    async def stream(self, question, passages, **kwargs):
+        self._maybe_fail("generate")
+        yield {"passages": len(passages)}
+        for word in ["Zebras ", "cross ", "in ", "July ", "[1]."]:
+            await asyncio.sleep(self.slow)
+            yield {"text": word}
+        yield {"finish_reason": "stop", "prompt_tokens": 40, "completion_tokens": 5}
+
+    async def embed(self, texts):
+        self._maybe_fail("embed")
+        return {"model": "all-MiniLM-L6-v2", "vectors": [[0.5, -0.25, 1.0] for _ in texts]}
+
+    async def ready(self):
+        ok = "retrieve" not in self.fail
+        return {"retriever": {"ready": ok}, "reranker": {"ready": True, "reranker": "none"},
+                "generator": {"ready": True}}
+
+
+@pytest.fixture
+def stages():
+    return FakeStages()
+
+
+@pytest.fixture
+def client(stages):
+    cfg = ServeConfig()
+    cfg.api.max_question_tokens = 20
+    cfg.api.max_body_bytes = 2048
+    cfg.api.request_timeout_s = 0.5
+    api = build_api(stages, cfg, [KEY, "second-key"], lambda text: len(text.split()),
+                    {"generator": "SmolLM2-135M-Instruct", "embedder": "all-MiniLM-L6-v2"})
+    return TestClient(api, raise_server_exceptions=False)  # as a real server: the 500 response, not a raise
+
+
+def error(r, status, kind):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and body["error"]["type"] == kind and body["error"]["message"]
+    assert "Traceback" not in r.text
+    return body["error"]
+
+
+def test_query_answers_with_citations_and_timings(client):
+    r = client.post("/v1/query", json={"question": "When do zebras cross?"}, headers=AUTH)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["answer"] == "Zebras cross in July [1]." and body["finish_reason"] == "stop"
+    assert [c["doc_id"] for c in body["citations"]] == ["zebra", "lion"]
+    assert body["citations"][0]["cited"] and not body["citations"][1]["cited"]
+    assert set(body["citations"][0]) == {"n", "chunk_id", "doc_id", "source", "title", "snippet", "score", "cited"}
+    assert body["index_version"] == 3 and body["models"]["reranker"] == "none"
+    assert {"retrieve", "rerank", "generate", "total"} <= set(body["timings_ms"])
+    assert body["usage"] == {"prompt_tokens": 40, "completion_tokens": 5}
+
+
+def sse_events(text):
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        events.append((lines.get("event"), lines["data"]))
+    return events
+
+
+def test_query_stream_is_tokens_then_citations_then_done(client):
+    with client.stream("POST", "/v1/query", json={"question": "zebras?", "stream": True}, headers=AUTH) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r.read().decode())
+    kinds = [k for k, _ in events]
+    assert kinds == ["token"] * 5 + ["citations", "done"]
+    assert "".join(json.loads(d)["text"] for k, d in events if k == "token") == "Zebras cross in July [1]."
+    assert json.loads(events[-2][1])["citations"][0]["doc_id"] == "zebra"
+    assert json.loads(events[-1][1])["finish_reason"] == "stop"
+
+
+def test_chat_completions_openai_shapes(client):
+    r = client.post("/v1/chat/completions", headers=AUTH, json={
+        "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "zebras?"}]})
+    body = r.json()
+    assert r.status_code == 200 and body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Zebras cross in July [1]."}
+    assert body["choices"][0]["finish_reason"] == "stop" and body["usage"]["total_tokens"] == 45
+    assert body["citations"][0]["doc_id"] == "zebra"
+
+    with client.stream("POST", "/v1/chat/completions", headers=AUTH, json={
+            "model": "ragline", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "system", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "zebras?"}]}]}) as s:
+        events = sse_events(s.read().decode())
+    assert all(k is None for k, _ in events) and events[-1][1] == "[DONE]"
+    chunks = [json.loads(d) for _, d in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert text == "Zebras cross in July [1]."
+    final = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert final[0]["choices"][0]["finish_reason"] == "stop" and final[0]["citations"][0]["doc_id"] == "zebra"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_models_embeddings_retrieve_rerank(client):
+    models = client.get("/v1/models", headers=AUTH).json()
+    assert {m["id"] for m in models["data"]} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
+    emb = client.post("/v1/embeddings", headers=AUTH, json={"input": ["a", "b"], "model": "all-MiniLM-L6-v2"}).json()
+    assert [d["index"] for d in emb["data"]] == [0, 1] and emb["data"][0]["embedding"] == [0.5, -0.25, 1.0]
+    b64 = client.post("/v1/embeddings", headers=AUTH, json={"input": "a", "encoding_format": "base64"}).json()
+    assert np.frombuffer(base64.b64decode(b64["data"][0]["embedding"]), "<f4").tolist() == [0.5, -0.25, 1.0]
+    hits = client.post("/v1/retrieve", headers=AUTH, json={"query": "zebra", "top_k": 1}).json()
+    assert [h["doc_id"] for h in hits["hits"]] == ["zebra"] and hits["index_version"] == 3
+    rr = client.post("/v1/rerank", headers=AUTH, json={"query": "zebra", "documents": ["x", "y"]}).json()
+    assert rr["reranker"] == "none" and [x["index"] for x in rr["results"]] == [0, 1]
+    assert rr["results"][0]["relevance_score"] is None  # no model: no invented scores
+
+
+def test_auth(client):
+    assert client.get("/healthz").json() == {"status": "ok"}  # open
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}):
+        r = client.post("/v1/query", json={"question": "zebras?"}, headers=headers)
+        error(r, 401, "unauthorized")
+        assert r.headers["www-authenticate"] == "Bearer"
+    error(client.get("/readyz"), 401, "unauthorized")
+    assert client.post("/v1/retrieve", json={"query": "z"}, headers={"Authorization": "Bearer second-key"}).is_success
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"question": "   "}, "question"),
+    ({"question": ""}, "question"),
+    ({}, "question"),
+    ({"question": "zebras?", "top_k": 0}, "top_k"),
+    ({"question": "zebras?", "top_k": "many"}, "top_k"),
+    ({"question": "zebras?", "top_k": 1000}, "top_k"),
+    ({"question": "zebras?", "colour": "blue"}, "colour"),
+    ({"question": "zebras?", "mode": "fuzzy"}, "mode"),
+    ({"question": " ".join(["word"] * 21)}, "question"),  # over max_question_tokens (20 words here)
+])
+def test_bad_query_bodies_are_422_naming_the_field(client, body, field):
+    e = error(client.post("/v1/query", json=body, headers=AUTH), 422, "invalid_request")
+    assert e["message"].startswith(field) or e.get("field") == field, e
+
+
+def test_malformed_json_and_wrong_shapes(client):
+    e = error(client.post("/v1/query", content=b'{"question": ', headers={**AUTH, "content-type": "application/json"}),
+              422, "invalid_request")
+    assert "malformed JSON" in e["message"] and e["field"] == "body"
+    error(client.post("/v1/chat/completions", json={"messages": []}, headers=AUTH), 422, "invalid_request")
+    e = error(client.post("/v1/chat/completions", headers=AUTH,
+                          json={"messages": [{"role": "assistant", "content": "hi"}]}), 422, "invalid_request")
+    assert "last message" in e["message"]
+    error(client.post("/v1/chat/completions", headers=AUTH,
+                      json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}), 404,
+          "model_not_found")
+    error(client.post("/v1/embeddings", headers=AUTH, json={"input": []}), 422, "invalid_request")
+    error(client.post("/v1/embeddings", headers=AUTH, json={"input": "a", "dimensions": 7}), 422, "invalid_request")
+    error(client.post("/v1/rerank", headers=AUTH, json={"query": "q", "documents": []}), 422, "invalid_request")
+    error(client.get("/v1/nothing", headers=AUTH), 404, "not_found")
+
+
+def test_body_over_the_limit_is_413(client):
+    big = {"question": "x" * 4000}
+    error(client.post("/v1/query", json=big, headers=AUTH), 413, "request_too_large")
+
+    def chunks():  # no content-length: the limit holds for a chunked body too
+        yield b'{"question": "'
+        yield b"y" * 4000
+        yield b'"}'
+
+    error(client.post("/v1/query", content=chunks(), headers={**AUTH, "content-type": "application/json"}), 413,
+          "request_too_large")
+
+
+def test_overload_not_ready_and_internal_errors(client, stages):
+    stages.fail["generate"] = BackPressureError(num_queued_requests=16, max_queued_requests=16)
+    r = client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH)
+    error(r, 503, "overloaded")
+    assert r.headers["retry-after"] == "1"
+    stages.fail = {"retrieve": NotReady("no index version is published yet")}
+    error(client.post("/v1/retrieve", json={"query": "z"}, headers=AUTH), 503, "not_ready")
+    assert client.get("/readyz", headers=AUTH).status_code == 503
+    stages.fail = {"rerank": KeyError("secret internals")}
+    e = error(client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH), 500, "internal_error")
+    assert "secret internals" not in e["message"]
+
+
+def test_timeout_is_504_and_stops_the_stream(client, stages):
+    stages.slow = 0.3  # five tokens at 0.3 s each: over the 0.5 s request timeout
+    error(client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH), 504, "timeout")
+    with client.stream("POST", "/v1/query", json={"question": "zebras?", "stream": True}, headers=AUTH) as r:
+        events = sse_events(r.read().decode())
+    assert events[-1][0] == "error" and json.loads(events[-1][1])["error"]["type"] == "timeout"
+    assert len([k for k, _ in events if k == "token"]) < 5
