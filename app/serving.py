@@ -20,8 +20,10 @@ APP_NAME = "ragline"
 
 
 def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
-                      api_keys_file: str | None = None) -> Any:
-    """The validated `ServeDeploySchema` with Ragline's application args filled in."""
+                      api_keys_file: str | None = None,
+                      deployment_options: dict[str, dict[str, Any]] | None = None) -> Any:
+    """The validated `ServeDeploySchema` with Ragline's application args filled in; `deployment_options`
+    ({"Generator": {"max_queued_requests": 8}, ...}) are merged over the YAML's per-deployment settings."""
     from ray.serve.schema import ServeDeploySchema
 
     p = Path(path) if path else DEFAULT_SERVE_CONFIG
@@ -40,6 +42,9 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
             if api_keys_file:
                 args["api_keys_file"] = str(Path(api_keys_file).resolve())
             app["args"] = args
+            for d in app.get("deployments") or []:
+                for key, value in (deployment_options or {}).get(d["name"], {}).items():
+                    d[key] = {**d.get(key, {}), **value} if isinstance(value, dict) else value
     try:
         return ServeDeploySchema.model_validate(raw)
     except Exception as e:  # pydantic's message names the field

@@ -1,0 +1,210 @@
+"""Serving benchmark: the Serve graph over HTTP against the same components called in-process (no Serve, no HTTP),
+in one run, on the embedded demo corpus (Python reference topics).
+
+Measures p50/p99 latency of retrieve and query (sequential), throughput at 8 and 32 concurrent clients, the
+Serve overhead, and what @serve.batch buys the retriever and reranker under concurrency (the graph redeployed
+with max_batch_size=1). The reranker is a CrossEncoder with MiniLM's architecture (its head untrained: the timing
+is what matters here). Prints a table and the ratios; writes benchmarks/results/serve.json.
+
+    python benchmarks/serve_bench.py [--repeats 3] [--storage DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import ray
+from ray import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import apikeys, serving  # noqa: E402
+from app.cli import write_demo_corpus  # noqa: E402
+from app.config import load_config  # noqa: E402
+from app.ingest.pipeline import run_ingest  # noqa: E402
+from app.storage import Storage  # noqa: E402
+from deployments.generator import Generator  # noqa: E402
+from deployments.reranker import Reranker  # noqa: E402
+from deployments.retriever import Retriever  # noqa: E402
+from deployments.settings import Settings  # noqa: E402
+
+QUESTIONS = [
+    "How do I make sure clean-up code runs even when an exception is raised?",
+    "What does the with statement do?", "How are default argument values evaluated?",
+    "What is a generator expression?", "How does the global statement work?", "What is a lambda expression?",
+    "How are exceptions chained?", "What does the yield statement do?", "How does operator precedence work?",
+    "What is the difference between is and ==?", "How are class attributes looked up?", "What is a coroutine?",
+]
+MAX_TOKENS = 16
+PASSAGES = 20  # reranked per /v1/rerank call
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+async def run_clients(call, n_clients: int, n_requests: int) -> dict[str, float]:
+    """`n_clients` loops share `n_requests` calls; returns latency percentiles (ms) and throughput (req/s)."""
+    latencies: list[float] = []
+    todo = iter(range(n_requests))
+
+    async def client() -> None:
+        for i in todo:
+            t0 = time.perf_counter()
+            await call(QUESTIONS[i % len(QUESTIONS)])
+            latencies.append((time.perf_counter() - t0) * 1e3)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(n_clients)))
+    wall = time.perf_counter() - t0
+    return {"p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "rps": n_requests / wall}
+
+
+class InProcess:
+    """The components as plain objects in this process (the undecorated classes behind the deployments)."""
+
+    def __init__(self, settings: Settings):
+        self.retriever = Retriever.func_or_class(settings)
+        self.reranker = Reranker.func_or_class(settings)
+        self.generator = Generator.func_or_class(settings)
+        self.candidates = settings.app.serve.reranker.candidates
+
+    async def retrieve(self, q: str) -> Any:
+        return await self.retriever.retrieve(q, None, 5, None)
+
+    async def rerank(self, q: str) -> Any:
+        return await self.reranker.rerank(q, self.docs, PASSAGES)
+
+    async def query(self, q: str) -> Any:
+        found = await self.retriever.retrieve(q, None, self.candidates, None)
+        ranked = await self.reranker.rerank(q, found["hits"], 5)
+        return await self.generator.generate(q, ranked["passages"], max_tokens=MAX_TOKENS)
+
+
+class OverHttp:
+    def __init__(self, url: str, key: str):
+        self.client = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=600,
+                                        limits=httpx.Limits(max_connections=64))
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        r = await self.client.post(path, json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def retrieve(self, q: str) -> Any:
+        return await self._post("/v1/retrieve", {"query": q, "top_k": 5})
+
+    async def rerank(self, q: str) -> Any:
+        return await self._post("/v1/rerank", {"query": q, "documents": self.docs, "top_n": PASSAGES})
+
+    async def query(self, q: str) -> Any:
+        return await self._post("/v1/query", {"question": q, "max_tokens": MAX_TOKENS})
+
+
+async def measure(target: Any, repeats: int) -> dict[str, dict[str, float]]:
+    plan = {  # name → (method, clients, requests)
+        "retrieve seq": ("retrieve", 1, 40), "retrieve x8": ("retrieve", 8, 160), "retrieve x32": ("retrieve", 32, 320),
+        "rerank x32": ("rerank", 32, 96),
+        "query seq": ("query", 1, 3), "query x8": ("query", 8, 8), "query x32": ("query", 32, 32),
+    }
+    await run_clients(target.retrieve, 4, 8)  # warm-up
+    await run_clients(target.query, 1, 1)
+    out: dict[str, dict[str, float]] = {}
+    for name, (method, clients, n) in plan.items():
+        runs = [await run_clients(getattr(target, method), clients, n) for _ in range(repeats)]
+        out[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"  {name:14s} p50 {out[name]['p50_ms']:8.1f} ms  p99 {out[name]['p99_ms']:8.1f} ms  "
+              f"{out[name]['rps']:7.2f} req/s", flush=True)
+    return out
+
+
+def make_reranker(cache: Path) -> str:
+    """A CrossEncoder directory with MiniLM's architecture (what `ragline train reranker` fine-tunes)."""
+    from sentence_transformers import CrossEncoder
+
+    from app.models import embedder
+
+    path = cache / "bench-cross-encoder"
+    if not (path / "config.json").exists():
+        CrossEncoder(embedder.resolve("all-MiniLM-L6-v2"), num_labels=1).save(str(path))
+    return str(path)
+
+
+def deploy(storage: Storage, overrides: list[str], port: int) -> None:
+    # the benchmark measures throughput, not load shedding: a long generator queue
+    schema = serving.load_serve_config(None, storage, None, overrides,
+                                       deployment_options={"Generator": {"max_queued_requests": 1024}})
+    schema.http_options.port = port
+    serving.deploy(schema)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
+    ap.add_argument("--repeats", type=int, default=3, help="Repeats per measurement; the median is reported")
+    ap.add_argument("--port", type=int, default=8765)
+    args = ap.parse_args()
+    storage = Storage(str(Path(args.storage).resolve()))
+    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    base = ["ingest.embed.concurrency=1"]
+    if not storage.exists("indexes"):
+        corpus = write_demo_corpus(storage.local_path("demo-corpus"))
+        run_ingest([str(corpus)], load_config(None, base), storage)
+    overrides = [f"serve.reranker.model={make_reranker(storage.local_path())}", f"serve.reranker.candidates={PASSAGES}"]
+    cfg = load_config(None, overrides)
+    settings = Settings(storage=storage.uri, config=cfg.model_dump())
+    key = apikeys.load(storage)[0][0]
+    docs = [h["text"] for h in asyncio.run(InProcess(settings).retrieve(QUESTIONS[0]))["hits"]] * 4
+
+    results: dict[str, Any] = {"max_tokens": MAX_TOKENS, "repeats": args.repeats}
+    print("in-process (no Serve, no HTTP):", flush=True)
+    local = InProcess(settings)
+    local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
+    results["in_process"] = asyncio.run(measure(local, args.repeats))
+    del local
+
+    url = f"http://127.0.0.1:{args.port}"
+    for name, extra in (("serve", []), ("serve_unbatched", ["serve.retriever.max_batch_size=1",
+                                                           "serve.reranker.max_batch_size=1"])):
+        deploy(storage, overrides + extra, args.port)
+        print(f"{name} (HTTP → Ingress → deployments{', @serve.batch size 1' if extra else ''}):", flush=True)
+
+        async def over_http() -> dict[str, dict[str, float]]:
+            http = OverHttp(url, key)
+            http.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
+            return await measure(http, args.repeats)
+
+        results[name] = asyncio.run(over_http())
+        serve.delete("ragline")
+
+    s, p, u = results["serve"], results["in_process"], results["serve_unbatched"]
+    ratios = {
+        "serve_overhead_retrieve_p50_ms": s["retrieve seq"]["p50_ms"] - p["retrieve seq"]["p50_ms"],
+        "serve_overhead_query_p50_ms": s["query seq"]["p50_ms"] - p["query seq"]["p50_ms"],
+        **{f"serve_vs_in_process_rps_{k.replace(' ', '_')}": s[k]["rps"] / p[k]["rps"]
+           for k in ("retrieve x8", "retrieve x32", "query x8", "query x32")},
+        "batch_gain_retrieve_x32": s["retrieve x32"]["rps"] / u["retrieve x32"]["rps"],
+        "batch_gain_rerank_x32": s["rerank x32"]["rps"] / u["rerank x32"]["rps"],
+    }
+    results["ratios"] = ratios
+    print("\nratios:")
+    for k, v in ratios.items():
+        print(f"  {k:45s} {v:8.2f}")
+    out = ROOT / "benchmarks" / "results" / "serve.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    main()

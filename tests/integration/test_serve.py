@@ -1,0 +1,185 @@
+"""The Serve graph on a local Ray with the real packaged models, over real HTTP: cited answers, the OpenAI client,
+bad input, overload, a hot index swap under steady traffic, and a Locust smoke run."""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from openai import OpenAI
+from ray import serve
+
+from app import apikeys, serving
+from app.config import load_config
+from app.ingest.pipeline import run_ingest
+from app.storage import Storage
+
+from .conftest import PLANTED, write_corpus
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+QUESTION = "When do zebras cross the Mara river?"
+OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
+# small CPU shares so an ingest still fits beside the graph on 2 cores; the generator queue is short so the
+# overload test can fill it
+DEPLOYMENT_OPTIONS = {
+    "Ingress": {"ray_actor_options": {"num_cpus": 0.05}},
+    "Retriever": {"ray_actor_options": {"num_cpus": 0.1}},
+    "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
+    "Generator": {"ray_actor_options": {"num_cpus": 0.25}, "max_ongoing_requests": 2, "max_queued_requests": 2},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(ray_cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    storage = Storage(str(tmp / "store"))
+    write_corpus(tmp / "corpus")
+    cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
+    run_ingest([str(tmp / "corpus")], cfg, storage)
+    key = apikeys.load(storage)[0][0]
+    schema = serving.load_serve_config(None, storage, None, ["serve.generator.max_new_tokens=40",
+                                                             "serve.retriever.poll_interval_s=0.5"],
+                                       deployment_options=DEPLOYMENT_OPTIONS)
+    schema.http_options.port = free_port()
+    serving.deploy(schema, timeout_s=600)
+    yield {"url": serving.url_of(schema), "key": key, "storage": storage, "cfg": cfg, "tmp": tmp}
+    serve.shutdown()
+
+
+def auth(served) -> dict[str, str]:
+    return {"Authorization": f"Bearer {served['key']}"}
+
+
+def test_query_over_http_cites_the_planted_document(served):
+    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served)).json()
+    assert ready["ready"] and ready["retriever"]["index_version"] == 1 and ready["reranker"]["reranker"] == "none"
+    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION}, headers=auth(served), timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["answer"] and body["citations"][0]["doc_id"] == "zebra"
+    assert body["citations"][0]["snippet"] in PLANTED and body["usage"]["completion_tokens"] > 0
+    assert body["index_version"] == 1 and body["models"]["generator"] == "SmolLM2-135M-Instruct"
+    assert {"retrieve", "rerank", "generate", "total"} <= set(body["timings_ms"])
+
+
+def test_the_official_openai_client_works(served):
+    client = OpenAI(base_url=f"{served['url']}/v1", api_key=served["key"], timeout=120)
+    assert {m.id for m in client.models.list()} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
+    done = client.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=24,
+                                          messages=[{"role": "user", "content": QUESTION}])
+    assert done.choices[0].message.content and done.usage.completion_tokens > 0
+    assert done.model_extra["citations"][0]["doc_id"] == "zebra"
+
+    pieces, finish = [], None
+    for chunk in client.chat.completions.create(model="ragline", stream=True, max_tokens=24,
+                                                messages=[{"role": "user", "content": QUESTION}]):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(pieces).strip() and finish in ("stop", "length") and len(pieces) > 3
+
+    emb = client.embeddings.create(model="all-MiniLM-L6-v2", input=["zebra migration", "python snakes"])
+    vectors = np.array([d.embedding for d in emb.data])  # the client asks for base64 and decodes it
+    assert vectors.shape == (2, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3)
+
+
+@pytest.mark.parametrize(("headers", "body", "status", "kind"), [
+    ({}, {"question": QUESTION}, 401, "unauthorized"),
+    ({"Authorization": "Bearer nope"}, {"question": QUESTION}, 401, "unauthorized"),
+    (None, {"question": "x" * 70_000}, 413, "request_too_large"),
+    (None, b'{"question": "unterminated', 422, "invalid_request"),
+    (None, {"question": ""}, 422, "invalid_request"),
+    (None, {"question": " \n\t "}, 422, "invalid_request"),
+    (None, {"question": "zebra " * 300}, 422, "invalid_request"),
+    (None, {"question": QUESTION, "top_k": 0}, 422, "invalid_request"),
+    (None, {"question": QUESTION, "top_k": 10_000}, 422, "invalid_request"),
+    (None, {"question": QUESTION, "temperature": "hot"}, 422, "invalid_request"),
+    (None, {"question": QUESTION, "unknown_field": 1}, 422, "invalid_request"),
+])
+def test_bad_input_over_real_http(served, headers, body, status, kind):
+    h = auth(served) if headers is None else headers
+    kwargs = {"content": body, "headers": {**h, "content-type": "application/json"}} if isinstance(body, bytes) \
+        else {"json": body, "headers": h}
+    r = httpx.post(f"{served['url']}/v1/query", timeout=60, **kwargs)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["type"] == kind and "Traceback" not in r.text
+
+
+def test_overload_gives_503_with_retry_after(served):
+    """Generator: 2 running + 2 queued; 12 concurrent requests overflow it."""
+    def ask(i: int) -> httpx.Response:
+        return httpx.post(f"{served['url']}/v1/query", json={"question": f"{QUESTION} ({i})", "max_tokens": 16},
+                          headers=auth(served), timeout=300)
+
+    results: list[httpx.Response] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(ask(i))) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(r.status_code for r in results)
+    assert set(codes) == {200, 503} and codes.count(200) >= 4, codes
+    refused = next(r for r in results if r.status_code == 503)
+    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["type"] == "overloaded"
+
+
+def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served):
+    url, stop = served["url"], threading.Event()
+    seen: list[int] = []
+    failures: list[str] = []
+
+    def traffic() -> None:
+        with httpx.Client(headers=auth(served), timeout=60) as client:
+            while not stop.is_set():
+                r = client.post(f"{url}/v1/retrieve", json={"query": "striped forest giraffids", "top_k": 3})
+                if r.status_code != 200:
+                    failures.append(f"{r.status_code} {r.text}")
+                else:
+                    seen.append(r.json()["index_version"])
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        new = served["tmp"] / "new"
+        new.mkdir()
+        (new / "okapi.txt").write_text(OKAPI)
+        report = run_ingest([str(new)], served["cfg"], served["storage"])
+        assert report["index_version"] == 2
+        deadline = time.time() + 120
+        while (not seen or seen[-1] != 2) and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(1)  # a little traffic on the new version too
+    finally:
+        stop.set()
+        thread.join()
+    assert failures == [] and seen[0] == 1 and seen[-1] == 2
+    assert seen == sorted(seen), "a replica went back to the old version"
+    hits = httpx.post(f"{url}/v1/retrieve", json={"query": "okapi Ituri rainforest", "top_k": 1},
+                      headers=auth(served)).json()["hits"]
+    assert hits[0]["source"].endswith("okapi.txt")
+
+
+def test_locust_smoke_run_writes_the_report(served, tmp_path):
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key", served["key"],
+                           "--users", "2", "--duration", "15s", "--max-tokens", "8", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.with_suffix(".json").read_text())
+    total = report["endpoints"]["Aggregated"]
+    assert total["requests"] > 5 and total["failures"] == 0
+    assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
+    assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
