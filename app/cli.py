@@ -373,6 +373,8 @@ def write_demo_corpus(directory: Path) -> Path:
 def demo(
     ctx: typer.Context,
     question: Annotated[str, typer.Option(help="The question to answer at the end.")] = DEMO_QUESTION,
+    port: Annotated[int | None, typer.Option(help="HTTP port of the endpoint. [default: the Serve config's]")
+                    ] = None,
 ) -> None:
     """The main job on the embedded default: local Ray, ingest the Python reference topics, index, search,
     serve the RAG graph and ask it."""
@@ -386,7 +388,7 @@ def demo(
     out.print("[bold]3/4[/] searching (hybrid: FAISS + BM25, reciprocal rank fusion)")
     search(ctx, question, mode=None, k=5, source=None, index=None, as_json=False)
     out.print("[bold]4/4[/] serving the RAG graph on Ray Serve and asking it over HTTP")
-    serve(ctx, serve_config=None, port=None, api_keys_file=None, as_json=False)
+    serve(ctx, serve_config=None, port=port, api_keys_file=None, as_json=False)
     query(ctx, question, url=None, key=None, k=5, as_json=False)
 
 

@@ -42,5 +42,6 @@ def build_app(args: GraphArgs) -> Application:
     storage = Storage(root)
     # replicas run in other working directories: hand them an absolute root
     settings = Settings(storage=str(storage.local_path()) if storage.is_local else root, config=cfg.model_dump())
-    return Ingress.bind(Retriever.bind(settings), Reranker.bind(settings), Generator.bind(settings), settings,
-                        args.api_keys_file)
+    # @serve.deployment turns the classes into Deployments; their stubs do not say so
+    return Ingress.bind(Retriever.bind(settings), Reranker.bind(settings),  # type: ignore[attr-defined]
+                        Generator.bind(settings), settings, args.api_keys_file)  # type: ignore[attr-defined]

@@ -79,7 +79,8 @@ class HandleBackends:
     async def stream(self, question: str, passages: list[dict[str, Any]],
                      **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         # closing this generator (client gone, timeout) cancels the generator replica's stream
-        async for piece in self.generator.options(stream=True).stream.remote(question, passages, **kwargs):
+        pieces: Any = self.generator.options(stream=True).stream.remote(question, passages, **kwargs)
+        async for piece in pieces:
             yield piece
 
     async def embed(self, texts: list[str]) -> dict[str, Any]:
@@ -340,7 +341,8 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
         stop = [req.stop] if isinstance(req.stop, str) else req.stop
         gen = {"history": history, "max_tokens": req.max_completion_tokens or req.max_tokens,
                "temperature": req.temperature, "top_p": req.top_p, "stop": stop}
-        cid, created, timings = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), {}
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        timings: dict[str, float] = {}
 
         def usage(end: dict[str, Any]) -> dict[str, int]:
             p, c = end.get("prompt_tokens") or 0, end.get("completion_tokens") or 0

@@ -28,8 +28,8 @@ class Reranker:
             self.model = CrossEncoder(embedder.resolve(self.cfg.model), max_length=self.cfg.max_length,
                                       device="cpu")
             self.name = self.cfg.model
-        self._score.set_max_batch_size(self.cfg.max_batch_size)
-        self._score.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)
+        self._score.set_max_batch_size(self.cfg.max_batch_size)  # type: ignore[attr-defined]
+        self._score.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def _score(self, requests: list[tuple[str, list[str]]]) -> list[list[float]]:

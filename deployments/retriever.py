@@ -38,8 +38,8 @@ class Retriever:
         self.index: Index | None = None
         self.models: dict[str, Any] = {}  # embedder revision → loaded SentenceTransformer
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
-        self._embed.set_max_batch_size(self.rcfg.max_batch_size)
-        self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)
+        self._embed.set_max_batch_size(self.rcfg.max_batch_size)  # type: ignore[attr-defined]
+        self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
         self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
         self._stopped = threading.Event()
         threading.Thread(target=self._watch, name="index-watch", daemon=True).start()

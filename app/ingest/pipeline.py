@@ -41,8 +41,10 @@ def _embed_concurrency(cfg: AppConfig) -> int:
     res = ray.cluster_resources()
     if e.num_gpus > 0:
         return max(1, int(res.get("GPU", 0) / e.num_gpus))
-    # One actor per core: leaves the fraction each actor does not reserve for the cheap stages' tasks.
-    return max(1, math.floor(res.get("CPU", 1)))
+    # One actor per core, counting only the cores free now (a Serve graph may hold some), minus what the cheap
+    # stages and writers reserve: a pool sized to the whole cluster would wait forever for actors that cannot start.
+    free = ray.available_resources().get("CPU", 1) - 2 * cfg.ingest.light_stage_num_cpus
+    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(free / e.num_cpus)))
 
 
 def _udf(fn: Callable[..., pa.Table]) -> Any:

@@ -59,7 +59,7 @@ def resolve(spec: str, cache_dir: str | Path) -> str:
     tmp = Path(tempfile.mkdtemp(prefix=f".{gguf.stem}-", dir=target.parent))
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # The weights are already dequantised to fp32; the GGUF "quantizer" left on the model only blocks saving.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
     model.save_pretrained(tmp)

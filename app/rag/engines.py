@@ -65,6 +65,7 @@ class TransformersEngine(_ChatTemplateTokens):
 
     def __init__(self, cfg: GeneratorConfig):
         path = generator_model.resolve(cfg.model, cfg.cache_dir or envs.cache_dir())
+        self.model_obj: Any
         self.model_obj, self.tokenizer = generator_model.load(path)
         self.model = cfg.model
 
@@ -163,8 +164,8 @@ class OpenAIEngine:
         return sum(len(m["content"]) // self.CHARS_PER_TOKEN + 4 for m in messages)
 
     async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
-        chunks = await self.client.chat.completions.create(
-            model=self.model, messages=messages, stream=True,  # type: ignore[arg-type]
+        chunks = await self.client.chat.completions.create(  # type: ignore[call-overload]
+            model=self.model, messages=messages, stream=True,
             max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
             stop=list(sampling.stop) or None, stream_options={"include_usage": True})
         finish, usage = "stop", None

@@ -1,6 +1,7 @@
 """One local Ray for the whole session, and a small fixture corpus with planted problems."""
 
 import json
+import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +22,12 @@ def ray_cluster():
     ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def topic_text(i: int, words: int = 120) -> str:

@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ray import serve
+
+from .conftest import free_port
 
 pytestmark = pytest.mark.integration
 EXE = str(Path(sys.executable).parent / "ragline")
@@ -25,7 +28,7 @@ def assert_user_error(done: subprocess.CompletedProcess, *needles: str) -> None:
 def test_help_reads_well():
     done = run("--help")
     assert done.returncode == 0
-    for command in ("demo", "ingest", "index", "search", "status", "eval"):
+    for command in ("demo", "ingest", "index", "search", "serve", "query", "status", "eval"):
         assert command in done.stdout
     assert "--storage" in done.stdout and "--set" in done.stdout
     assert "--source" in run("search", "--help").stdout
@@ -70,15 +73,39 @@ def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
     assert [d["version"] for d in status["datasets"]] == [1] and [i["version"] for i in status["indexes"]] == [1, 2]
 
 
+def test_serve_and_query_bad_input(tmp_path):
+    store = str(tmp_path / "s")
+    assert_user_error(run("--storage", store, "query", "anything"), "no endpoint known", "ragline serve")
+    assert_user_error(run("--storage", store, "query", "anything", "--url", "http://127.0.0.1:9"), "no API key")
+    assert_user_error(run("--storage", store, "serve", "--serve-config", str(tmp_path / "nope.yaml")),
+                      "nope.yaml does not exist")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("applications: [{name: ragline, import_path: deployments.graph:build_app, bogus_key: 1}]\n")
+    assert_user_error(run("--storage", store, "serve", "--serve-config", str(bad)), "bad.yaml is invalid", "bogus_key")
+    assert_user_error(run("--storage", store, "--set", "serve.generator.engine=openai", "serve"), "base_url")
+
+
 def test_demo_main_job(tmp_path, ray_cluster):
     """The README's main job (scripts/demo.sh runs exactly this after setting up), on the session's Ray."""
     store = str(tmp_path / "s")
-    done = run("--storage", store, "--address", ray_cluster, "demo")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "counts reconcile" in done.stdout and "dataset / index version" in done.stdout
-    assert "[1] " in done.stdout and "source: " in done.stdout
-    # the answer comes from the exception-handling topics of the Python reference
-    top = done.stdout.split("[1] ", 1)[1].split("\n", 1)[0]
-    assert any(t in top for t in ("try", "exceptions", "raise", "with")), top
-    again = run("--storage", store, "--address", ray_cluster, "demo")  # idempotent: nothing new, same answer
-    assert again.returncode == 0 and "nothing new to add" in again.stdout
+    port = str(free_port())
+    try:
+        done = run("--storage", store, "--address", ray_cluster, "demo", "--port", port)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "counts reconcile" in done.stdout and "dataset / index version" in done.stdout
+        assert "[1] " in done.stdout and "source: " in done.stdout
+        # the answer comes from the exception-handling topics of the Python reference
+        top = done.stdout.split("[1] ", 1)[1].split("\n", 1)[0]
+        assert any(t in top for t in ("try", "exceptions", "raise", "with")), top
+        # ... and ends with an answer from the served graph, with numbered sources from the corpus
+        assert f"serving at http://127.0.0.1:{port}" in done.stdout and "API key (generated now" in done.stdout
+        answer = done.stdout.split("A: ", 1)[1]
+        assert answer.split("\n", 1)[0].strip() and "[1] " in answer and "demo-corpus" in answer
+        assert "index v1" in answer
+        again = run("--storage", store, "--address", ray_cluster, "demo", "--port", port)  # idempotent
+        assert again.returncode == 0 and "nothing new to add" in again.stdout and "A: " in again.stdout
+        assert "generated now" not in again.stdout  # the key was printed once
+        asked = run("--storage", store, "query", "What does the with statement do?", "--json")
+        assert asked.returncode == 0 and json.loads(asked.stdout)["citations"], asked.stderr[-2000:]
+    finally:
+        serve.shutdown()  # free the session's CPUs for the tests that follow

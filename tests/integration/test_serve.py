@@ -2,7 +2,6 @@
 bad input, overload, a hot index swap under steady traffic, and a Locust smoke run."""
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from app.config import load_config
 from app.ingest.pipeline import run_ingest
 from app.storage import Storage
 
-from .conftest import PLANTED, write_corpus
+from .conftest import PLANTED, free_port, write_corpus
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +33,6 @@ DEPLOYMENT_OPTIONS = {
     "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
     "Generator": {"ray_actor_options": {"num_cpus": 0.25}, "max_ongoing_requests": 2, "max_queued_requests": 2},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
