@@ -80,8 +80,10 @@ def test_serve_and_query_bad_input(tmp_path):
     assert_user_error(run("--storage", store, "serve", "--serve-config", str(tmp_path / "nope.yaml")),
                       "nope.yaml does not exist")
     bad = tmp_path / "bad.yaml"
-    bad.write_text("applications: [{name: ragline, import_path: deployments.graph:build_app, bogus_key: 1}]\n")
-    assert_user_error(run("--storage", store, "serve", "--serve-config", str(bad)), "bad.yaml is invalid", "bogus_key")
+    bad.write_text("applications: [{name: ragline, import_path: deployments.graph:build_app,\n"
+                   "                deployments: [{name: Generator, num_replicas: lots}]}]\n")
+    assert_user_error(run("--storage", store, "serve", "--serve-config", str(bad)), "bad.yaml is invalid",
+                      "num_replicas")
     assert_user_error(run("--storage", store, "--set", "serve.generator.engine=openai", "serve"), "base_url")
 
 
