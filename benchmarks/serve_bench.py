@@ -111,16 +111,19 @@ class OverHttp:
         return await self._post("/v1/query", {"question": q, "max_tokens": MAX_TOKENS})
 
 
-async def measure(target: Any, repeats: int) -> dict[str, dict[str, float]]:
-    plan = {  # name → (method, clients, requests)
-        "retrieve seq": ("retrieve", 1, 40), "retrieve x8": ("retrieve", 8, 160), "retrieve x32": ("retrieve", 32, 320),
-        "rerank x32": ("rerank", 32, 96),
-        "query seq": ("query", 1, 3), "query x8": ("query", 8, 8), "query x32": ("query", 32, 32),
-    }
+PLAN = {  # name → (method, clients, requests)
+    "retrieve seq": ("retrieve", 1, 30), "retrieve x8": ("retrieve", 8, 80), "retrieve x32": ("retrieve", 32, 160),
+    "rerank x32": ("rerank", 32, 64),
+    "query seq": ("query", 1, 3), "query x8": ("query", 8, 8), "query x32": ("query", 32, 32),
+}
+
+
+async def measure(target: Any, repeats: int, names: list[str]) -> dict[str, dict[str, float]]:
     await run_clients(target.retrieve, 4, 8)  # warm-up
-    await run_clients(target.query, 1, 1)
+    await run_clients(target.rerank, 1, 1)
     out: dict[str, dict[str, float]] = {}
-    for name, (method, clients, n) in plan.items():
+    for name in names:
+        method, clients, n = PLAN[name]
         runs = [await run_clients(getattr(target, method), clients, n) for _ in range(repeats)]
         out[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         print(f"  {name:14s} p50 {out[name]['p50_ms']:8.1f} ms  p99 {out[name]['p99_ms']:8.1f} ms  "
@@ -170,21 +173,23 @@ def main() -> None:
     print("in-process (no Serve, no HTTP):", flush=True)
     local = InProcess(settings)
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
-    results["in_process"] = asyncio.run(measure(local, args.repeats))
+    results["in_process"] = asyncio.run(measure(local, args.repeats, list(PLAN)))
     del local
 
     url = f"http://127.0.0.1:{args.port}"
-    for name, extra in (("serve", []), ("serve_unbatched", ["serve.retriever.max_batch_size=1",
-                                                           "serve.reranker.max_batch_size=1"])):
+    unbatched = ["serve.retriever.max_batch_size=1", "serve.reranker.max_batch_size=1"]
+    phases: list[tuple[str, list[str], list[str]]] = [
+        ("serve", [], list(PLAN)), ("serve_unbatched", unbatched, ["retrieve x32", "rerank x32"])]
+    for name, extra, names in phases:
         deploy(storage, overrides + extra, args.port)
         print(f"{name} (HTTP → Ingress → deployments{', @serve.batch size 1' if extra else ''}):", flush=True)
 
-        async def over_http() -> dict[str, dict[str, float]]:
+        async def over_http(names: list[str]) -> dict[str, dict[str, float]]:
             http = OverHttp(url, key)
             http.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
-            return await measure(http, args.repeats)
+            return await measure(http, args.repeats, names)
 
-        results[name] = asyncio.run(over_http())
+        results[name] = asyncio.run(over_http(names))
         serve.delete("ragline")
 
     s, p, u = results["serve"], results["in_process"], results["serve_unbatched"]
