@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.catalog import EmbedderInfo
+from app.models import local_or_hub
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -34,14 +35,7 @@ def resolve(spec: str) -> str:
     module = PACKAGED.get(spec.lower())
     if module:
         return str(_packaged_dir(module))
-    p = Path(spec).expanduser()
-    if p.exists():
-        if not (p / "config.json").is_file():
-            raise ValueError(f"embedder path {p} is not a model directory (no config.json)")
-        return str(p.resolve())
-    if spec.startswith((".", "/", "~")):
-        raise ValueError(f"embedder path {spec} does not exist")
-    return spec  # a hub id: sentence-transformers downloads it where the cluster has internet
+    return local_or_hub(spec, "embedder")
 
 
 @functools.cache

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.models import local_or_hub
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -41,14 +43,7 @@ def resolve(spec: str, cache_dir: str | Path) -> str:
     """
     packaged = PACKAGED.get(spec.lower())
     if packaged is None:
-        p = Path(spec).expanduser()
-        if p.exists():
-            if not (p / "config.json").is_file():
-                raise ValueError(f"generator path {p} is not a model directory (no config.json)")
-            return str(p.resolve())
-        if spec.startswith((".", "/", "~")):
-            raise ValueError(f"generator path {spec} does not exist")
-        return spec  # a hub id, for clusters with internet
+        return local_or_hub(spec, "generator")
     gguf = _packaged_gguf(*packaged)
     target = Path(cache_dir).expanduser() / gguf.stem
     if (target / "config.json").is_file():
