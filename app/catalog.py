@@ -7,6 +7,9 @@ Layout under the storage root:
     datasets/<n>/manifest.json                     version n: the list of segment files it is made of
     indexes/<n>/...                                index version n (FAISS, BM25, chunk table) + manifest.json
     runs/ingest/<run_id>.json                      ingest run records (state, progress, report)
+    models/<name>/files-<id>/...                   an exported model (Hugging Face format)
+    models/<name>/<n>/manifest.json                model version n of <name>: its files, metrics, data, config
+    models/<name>/promoted.json                    {"version": n}: the version the serving graph loads
     quarantine/<run_id>/...                        unreadable input files, with reason.json
 
 A version exists exactly when its manifest exists, and the manifest is written last and atomically, so a run
@@ -53,6 +56,22 @@ class Manifest(BaseModel):
     files: list[FileEntry] = Field(default_factory=list)
     config: dict[str, Any] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelManifest(BaseModel):
+    """A trained model version: where its files are, what it scored, and the data and config it came from."""
+
+    name: str
+    version: int = 0
+    created_at: str = ""
+    task: str
+    run: str = Field(description="Training run that exported it.")
+    base_model: str
+    dir: str = Field(description="Root-relative directory of the Hugging Face files.")
+    files: list[FileEntry] = Field(default_factory=list)
+    metrics: dict[str, float] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
 
 
 def now_iso() -> str:
@@ -111,7 +130,7 @@ class Catalog:
         data = manifest.model_dump_json(indent=2).encode()
         return self.storage.create_exclusive(f"{manifest.kind}/{version}/manifest.json", data)
 
-    def verify(self, manifest: Manifest) -> list[str]:
+    def verify(self, manifest: Manifest | ModelManifest) -> list[str]:
         """Files of a version that are missing or whose size/checksum differ (empty when intact)."""
         bad = []
         for f in manifest.files:
@@ -141,3 +160,46 @@ class Catalog:
         names = [n for n in self.storage.listdir("runs/ingest") if n.endswith(".json") and ".tmp-" not in n]
         records = [dict(self.storage.read_json(f"runs/ingest/{n}")) for n in names]
         return sorted(records, key=lambda r: (r.get("submitted_at", ""), r["run_id"]))
+
+    # ---- trained models ---------------------------------------------------------------------------------------
+    def model_versions(self, name: str) -> list[ModelManifest]:
+        base = f"models/{name}"
+        found = [n for n in self.storage.listdir(base)
+                 if n.isdigit() and self.storage.exists(f"{base}/{n}/manifest.json")]
+        return sorted((ModelManifest.model_validate(self.storage.read_json(f"{base}/{n}/manifest.json"))
+                       for n in found), key=lambda m: m.version)
+
+    def model_names(self) -> list[str]:
+        return [n for n in self.storage.listdir("models") if self.model_versions(n)]
+
+    def get_model(self, name: str, version: int) -> ModelManifest:
+        rel = f"models/{name}/{version}/manifest.json"
+        if not self.storage.exists(rel):
+            have = [m.version for m in self.model_versions(name)]
+            raise ValueError(f"model {name!r} has no version {version} (versions: {have or 'none'})")
+        return ModelManifest.model_validate(self.storage.read_json(rel))
+
+    def publish_model(self, name: str, fields: dict[str, Any]) -> ModelManifest:
+        """Publish the files already written under fields["dir"] as the next version of `name`."""
+        manifest = ModelManifest(name=name, **fields)
+        manifest.files = [self.file_entry(f) for f in self.storage.list_files(manifest.dir)]
+        while True:
+            used = [int(n) for n in self.storage.listdir(f"models/{name}") if n.isdigit()]
+            manifest.version, manifest.created_at = max(used, default=0) + 1, now_iso()
+            if self.storage.create_exclusive(f"models/{name}/{manifest.version}/manifest.json",
+                                             manifest.model_dump_json(indent=2).encode()):
+                return manifest
+
+    def promote(self, name: str, version: int) -> ModelManifest:
+        """Mark `version` as the one to serve (the serving graph picks it up without a restart)."""
+        manifest = self.get_model(name, version)
+        if bad := self.verify(manifest):
+            raise ValueError(f"model {name} version {version} is damaged: {'; '.join(bad)}")
+        self.storage.write_json(f"models/{name}/promoted.json", {"version": version, "promoted_at": now_iso()})
+        return manifest
+
+    def promoted(self, name: str) -> ModelManifest | None:
+        rel = f"models/{name}/promoted.json"
+        if not self.storage.exists(rel):
+            return None
+        return self.get_model(name, int(self.storage.read_json(rel)["version"]))

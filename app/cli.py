@@ -23,8 +23,12 @@ app = typer.Typer(help="Ragline: documents to grounded answers on Ray.", no_args
                   pretty_exceptions_enable=False, rich_markup_mode=None)
 index_app = typer.Typer(help="Index versions.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluation.", no_args_is_help=True)
+train_app = typer.Typer(help="Fine-tuning runs on Ray Train.", no_args_is_help=True)
+models_app = typer.Typer(help="Trained model versions in the catalog.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
+app.add_typer(train_app, name="train")
+app.add_typer(models_app, name="models")
 out = Console(file=sys.stdout)  # bound now: _connect later points sys.stdout at stderr
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line, whatever the terminal width
 
@@ -222,17 +226,24 @@ def _print_hits(question: str, hits: list[Any], version: int) -> None:
 # ---- status ----------------------------------------------------------------------------------------------------
 @app.command()
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Ingest runs and the catalog's dataset and index versions."""
+    """Ingest and training runs, the catalog's dataset, index and model versions."""
     from app.catalog import Catalog
+    from app.train.run import load_records
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
     runs = catalog.runs()
     versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
                        for m in catalog.versions(kind)] for kind in ("datasets", "indexes")}
+    training = [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model", "error")}
+                for r in load_records(c.storage)]
+    models: dict[str, dict[str, Any]] = {name: {"versions": [m.version for m in catalog.model_versions(name)],
+                                                "promoted": (p.version if (p := catalog.promoted(name)) else None)}
+                                         for name in catalog.model_names()}
     if as_json:
         _print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
-            "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions})
+            "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
+            "training_runs": training, "models": models})
         return
     out.print(f"storage: {c.storage.uri}")
     t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
@@ -247,6 +258,16 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
             v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
                       str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
         out.print(v)
+    tr = Table("run", "task", "state", "started", "model", title="training runs")
+    for r in training:
+        model = r["model"] or {}
+        tr.add_row(r["name"], r["task"], r["state"], r.get("started_at") or "",
+                   f"{model['name']} v{model['version']}" if model else "-")
+    out.print(tr)
+    mt = Table("model", "versions", "promoted", title="models")
+    for name, m in models.items():
+        mt.add_row(name, ", ".join(map(str, m["versions"])), str(m["promoted"] or "-"))
+    out.print(mt)
 
 
 # ---- serve / query --------------------------------------------------------------------------------------------
@@ -331,27 +352,193 @@ def query(
               f"{body['models']['generator']} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")
 
 
+# ---- train / models --------------------------------------------------------------------------------------------
+JobConfigOpt = Annotated[Path | None, typer.Option("--config", help="Job config YAML (see deployments/jobs/). "
+                                                   "[default: the task's defaults]")]
+JobSetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a job field, e.g. --set "
+                                                     "max_steps=20 (repeatable).")]
+
+
+def _train(ctx: typer.Context, task: str, config: Path | None, overrides: list[str] | None, detach: bool,
+           in_process: bool, as_json: bool) -> None:
+    import ray
+
+    from app.services.training import get_or_start
+    from app.train.config import load_job_config
+    from app.train.run import run_training, validate
+
+    c: Context = ctx.obj
+    cfg = load_job_config(config, task, overrides or [])
+    validate(cfg)  # a missing model path fails here, before connecting
+    _connect(c)
+    if in_process:
+        record = run_training(cfg, c.storage)
+    else:
+        service = get_or_start(c.storage)
+        name = ray.get(service.submit.remote(cfg.model_dump()))
+        if detach:
+            _print_json({"name": name}) if as_json else out.print(f"queued training run {name}")
+            return
+        record = _wait_for_training(service, name, quiet=as_json)
+        if record["state"] != "succeeded":
+            raise typer.Exit(_fail(f"training run {name} {record['state']}: {record.get('error')}"))
+    if as_json:
+        return _print_json({k: v for k, v in record.items() if k != "config"})
+    _print_training(record)
+
+
+def _wait_for_training(service: Any, name: str, quiet: bool) -> dict[str, Any]:
+    import ray
+
+    last = ""
+    while True:
+        st = ray.get(service.status.remote(name))
+        if st["state"] in ("succeeded", "failed", "stopped"):
+            return dict(st)
+        line = st["state"]
+        if st.get("counts"):
+            line += f" ({st['total_steps']} steps over {st['counts'].get('kept')} examples)"
+        if not quiet and line != last:
+            err.print(f"[dim]{name}[/] {line}")
+            last = line
+        time.sleep(1.0)
+
+
+def _print_training(r: dict[str, Any]) -> None:
+    m = r.get("metrics") or {}
+    t = Table(title=f"training run {r['name']} ({r['task']})", show_header=False)
+    t.add_row("state", r["state"])
+    t.add_row("data", ", ".join(f"{k} {v}" for k, v in (r.get("counts") or {}).items()))
+    t.add_row("steps", f"{m.get('step', '-')} of {r.get('total_steps', '-')}")
+    for key, label in (("loss", "final loss"), ("tokens_per_s", "tokens/s"), ("samples_per_s", "samples/s"),
+                       ("mfu", "MFU"), ("peak_memory_mb", "peak memory (MiB)"),
+                       ("checkpoint_save_s", "checkpoint save (s)")):
+        if key in m:
+            t.add_row(label, f"{m[key]:.4g}")
+    t.add_row("train time", f"{r.get('train_s', '-')} s")
+    t.add_row("model version", f"{r['model']['name']} v{r['model']['version']}" if r.get("model") else "-")
+    out.print(t)
+
+
+@train_app.command("sft")
+def train_sft(
+    ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
+    detach: Annotated[bool, typer.Option(help="Queue the run and print its name without waiting.")] = False,
+    in_process: Annotated[bool, typer.Option(help="Drive the TorchTrainer from this process instead of the "
+                                             "TrainingService (for `ray job submit` entrypoints).")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Supervised fine-tuning of a causal LM (chat template applied, loss on the responses only)."""
+    _train(ctx, "sft", config, set_, detach, in_process, as_json)
+
+
+@train_app.command("reranker")
+def train_reranker(
+    ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
+    detach: Annotated[bool, typer.Option(help="Queue the run and print its name without waiting.")] = False,
+    in_process: Annotated[bool, typer.Option(help="Drive the TorchTrainer from this process instead of the "
+                                             "TrainingService (for `ray job submit` entrypoints).")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs with mined hard negatives."""
+    _train(ctx, "reranker", config, set_, detach, in_process, as_json)
+
+
+@train_app.command("status")
+def train_status(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="One run (all its details). [default: list all runs]")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Training runs of this storage root: state, steps, loss, throughput, the model version they made."""
+    from app.train.run import load_records
+
+    c: Context = ctx.obj
+    records = load_records(c.storage)
+    if name is not None:
+        match = [r for r in records if r["name"] == name]
+        if not match:
+            raise ValueError(f"training run {name!r} does not exist (runs: {[r['name'] for r in records]})")
+        return _print_json(match[0]) if as_json else _print_training(match[0])
+    if as_json:
+        return _print_json([{k: v for k, v in r.items() if k != "config"} for r in records])
+    t = Table("run", "task", "state", "started", "steps", "loss", "tokens/s", "model", title="training runs")
+    for r in records:
+        m = r.get("metrics") or {}
+        t.add_row(r["name"], r["task"], r["state"], r.get("started_at", r.get("submitted_at", "")),
+                  str(m.get("step", "-")), f"{m['loss']:.4f}" if "loss" in m else "-",
+                  f"{m['tokens_per_s']:.0f}" if "tokens_per_s" in m else "-",
+                  f"{r['model']['name']} v{r['model']['version']}" if r.get("model") else "-")
+    out.print(t)
+
+
+@models_app.command("list")
+def models_list(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Model versions per name, with their metrics and which one is promoted."""
+    from app.catalog import Catalog
+
+    c: Context = ctx.obj
+    catalog = Catalog(c.storage)
+    rows: list[dict[str, Any]] = []
+    for name in catalog.model_names():
+        promoted = catalog.promoted(name)
+        for m in catalog.model_versions(name):
+            rows.append({"name": name, "version": m.version, "task": m.task, "run": m.run, "created_at": m.created_at,
+                         "base_model": m.base_model, "promoted": promoted is not None and promoted.version == m.version,
+                         "metrics": m.metrics})
+    if as_json:
+        return _print_json(rows)
+    t = Table("name", "version", "task", "run", "created", "loss", "promoted", title="models")
+    for r in rows:
+        t.add_row(r["name"], str(r["version"]), r["task"], r["run"], r["created_at"],
+                  f"{r['metrics']['loss']:.4f}" if "loss" in r["metrics"] else "-", "yes" if r["promoted"] else "")
+    out.print(t)
+
+
+@models_app.command("promote")
+def models_promote(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Model name (reranker, sft, or a job's register_as).")],
+    version: Annotated[int, typer.Argument(help="Version to serve.")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Mark a model version as the one to serve; a running graph that serves `catalog:NAME` swaps to it."""
+    from app.catalog import Catalog
+
+    c: Context = ctx.obj
+    m = Catalog(c.storage).promote(name, version)
+    _print_json({"name": name, "version": m.version}) if as_json else out.print(
+        f"promoted {name} version {m.version} (from run {m.run})")
+
+
 # ---- eval ------------------------------------------------------------------------------------------------------
 @eval_app.command("retrieval")
 def eval_retrieval(
     ctx: typer.Context,
     dataset: Annotated[Path, typer.Option(help="BEIR-style directory: corpus.jsonl, queries.jsonl, qrels/.")],
     split: Annotated[str, typer.Option(help="qrels split.")] = "dev",
+    rerank: Annotated[bool, typer.Option(help="Also rerank each mode's top chunks with the reranker.")] = False,
+    reranker: Annotated[str, typer.Option(help="CrossEncoder for --rerank: catalog:NAME[:VERSION], a directory "
+                                          "or a hub id.")] = "catalog:reranker",
+    rerank_top: Annotated[int, typer.Option(help="Chunks reranked per query.")] = 50,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """nDCG@10 and recall@100 of dense, BM25 and hybrid search on a BEIR-style dataset."""
+    """nDCG@10 and recall@100 of dense, BM25 and hybrid search on a BEIR-style dataset (and reranked)."""
     from app.eval.retrieval import evaluate_retrieval
 
     c: Context = ctx.obj
+    if not 1 <= rerank_top <= 1000:
+        raise ValueError(f"--rerank-top must be between 1 and 1000, not {rerank_top}")
     _connect(c)
-    result = evaluate_retrieval(dataset, split, c.storage.uri, c.cfg)
+    result = evaluate_retrieval(dataset, split, c.storage.uri, c.cfg, reranker=reranker if rerank else None,
+                                rerank_top=rerank_top)
     if as_json:
         _print_json(result)
         return
     t = Table("mode", "nDCG@10", "recall@100",
               title=f"{result['dataset']} {result['split']} ({result['queries']} queries)")
     for mode, m in result["modes"].items():
-        t.add_row(mode, f"{m['ndcg@10']:.4f}", f"{m['recall@100']:.4f}")
+        t.add_row(mode, f"{m['ndcg@10']:.4f}", f"{m['recall@100']:.4f}" if "recall@100" in m else "-")
     out.print(t)
 
 
@@ -399,6 +586,9 @@ def main() -> None:
         sys.exit(_fail(str(e), 2))
     except RuntimeError as e:  # IngestError and Ray start-up failures: the message says what to do
         sys.exit(_fail(str(e), 1))
+    except KeyboardInterrupt:
+        sys.exit(_fail("interrupted (a training run resumes from its latest checkpoint when started again with "
+                       "the same name)", 130))
 
 
 if __name__ == "__main__":

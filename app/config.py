@@ -161,9 +161,13 @@ class RerankerConfig(_Config):
     """The Reranker deployment: a sentence-transformers CrossEncoder over the retriever's candidates."""
 
     model: str | None = Field(
-        default=None, description="Local directory or hub id of a CrossEncoder. None: no reranking (the retriever's "
-        "order passes through and responses say reranker: none)."
+        default="catalog:reranker", description="catalog:NAME (the promoted version of a model Ragline trained, "
+        "swapped in when a new one is promoted), catalog:NAME:VERSION, or a CrossEncoder directory or hub id. "
+        "None, or nothing promoted yet: no reranking (the retriever's order passes through; responses say "
+        "reranker: none)."
     )
+    poll_interval_s: float = Field(default=2.0, gt=0, description="How often (seconds) a catalog: model looks "
+                                   "for a newly promoted version.")
     candidates: int = Field(default=20, ge=1, le=1000, description="Retrieved chunks the reranker scores.")
     max_length: int = Field(default=256, ge=16, description="Tokens of (question, passage) the cross-encoder reads.")
     max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")

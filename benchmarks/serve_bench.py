@@ -34,8 +34,6 @@ from app.config import load_config  # noqa: E402
 from app.ingest.pipeline import run_ingest  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from deployments.generator import Generator  # noqa: E402
-from deployments.reranker import Reranker  # noqa: E402
-from deployments.retriever import Retriever  # noqa: E402
 from deployments.settings import Settings  # noqa: E402
 
 QUESTIONS = [
@@ -71,24 +69,34 @@ async def run_clients(call, n_clients: int, n_requests: int) -> dict[str, float]
 
 
 class InProcess:
-    """The components as plain objects in this process (the undecorated classes behind the deployments)."""
+    """What a user writes without Serve: the same components as plain objects in one process, called from
+    threads (the index + embedder, a CrossEncoder, the generator's engine and prompt)."""
 
-    def __init__(self, settings: Settings):
-        self.retriever = Retriever.func_or_class(settings)
-        self.reranker = Reranker.func_or_class(settings)
-        self.generator = Generator.func_or_class(settings)
-        self.candidates = settings.app.serve.reranker.candidates
+    def __init__(self, settings: Settings, reranker_path: str):
+        from sentence_transformers import CrossEncoder
 
-    async def retrieve(self, q: str) -> Any:
-        return await self.retriever.retrieve(q, None, 5, None)
+        from app.index.search import Index, Searcher
+
+        cfg = settings.app
+        self.searcher = Searcher(Index.load(Storage(settings.storage)), cfg.search)
+        self.cross_encoder = CrossEncoder(reranker_path, max_length=cfg.serve.reranker.max_length, device="cpu")
+        self.generator = Generator.func_or_class(settings)  # no @serve.batch inside: usable as a plain object
+        self.candidates = cfg.serve.reranker.candidates
+
+    async def retrieve(self, q: str, k: int = 5) -> Any:
+        return await asyncio.to_thread(self.searcher.search, q, None, k)
+
+    def _rank(self, q: str, texts: list[str], top_n: int) -> list[int]:
+        scores = self.cross_encoder.predict([(q, t) for t in texts], batch_size=64, show_progress_bar=False)
+        return sorted(range(len(texts)), key=lambda i: -scores[i])[:top_n]
 
     async def rerank(self, q: str) -> Any:
-        return await self.reranker.rerank(q, self.docs, PASSAGES)
+        return await asyncio.to_thread(self._rank, q, self.docs, PASSAGES)
 
     async def query(self, q: str) -> Any:
-        found = await self.retriever.retrieve(q, None, self.candidates, None)
-        ranked = await self.reranker.rerank(q, found["hits"], 5)
-        return await self.generator.generate(q, ranked["passages"], max_tokens=MAX_TOKENS)
+        hits = [h.to_dict() for h in await self.retrieve(q, self.candidates)]
+        order = await asyncio.to_thread(self._rank, q, [h["text"] for h in hits], 5)
+        return await self.generator.generate(q, [hits[i] for i in order], max_tokens=MAX_TOKENS)
 
 
 class OverHttp:
@@ -163,15 +171,16 @@ def main() -> None:
     if not storage.exists("indexes"):
         corpus = write_demo_corpus(storage.local_path("demo-corpus"))
         run_ingest([str(corpus)], load_config(None, base), storage)
-    overrides = [f"serve.reranker.model={make_reranker(storage.local_path())}", f"serve.reranker.candidates={PASSAGES}"]
+    reranker = make_reranker(storage.local_path())
+    overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}"]
     cfg = load_config(None, overrides)
     settings = Settings(storage=storage.uri, config=cfg.model_dump())
     key = apikeys.load(storage)[0][0]
-    docs = [h["text"] for h in asyncio.run(InProcess(settings).retrieve(QUESTIONS[0]))["hits"]] * 4
+    local = InProcess(settings, reranker)
+    docs = [h.text for h in asyncio.run(local.retrieve(QUESTIONS[0]))] * 4
 
     results: dict[str, Any] = {"max_tokens": MAX_TOKENS, "repeats": args.repeats}
     print("in-process (no Serve, no HTTP):", flush=True)
-    local = InProcess(settings)
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
     results["in_process"] = asyncio.run(measure(local, args.repeats, list(PLAN)))
     del local

@@ -1,26 +1,62 @@
 """Generator deployment: builds the cited prompt and streams the answer from the configured engine
-(transformers on CPU, vLLM on GPU, or an OpenAI-compatible server)."""
+(transformers on CPU, vLLM on GPU, or an OpenAI-compatible server).
+
+`model: catalog:NAME` serves the promoted version of a model Ragline fine-tuned (`ragline train sft`), and swaps
+to a newly promoted one in the background: requests in flight finish on the engine they started with.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 from ray import serve
 from ray.util.metrics import Counter
 
-from app.rag.engines import Sampling, make_engine
+from app.models import trained
+from app.rag.engines import Engine, Sampling, make_engine
 from app.rag.prompt import Message, build_prompt
 from deployments.settings import Settings
+
+log = logging.getLogger("ray.serve")
 
 
 @serve.deployment(name="Generator")
 class Generator:
     def __init__(self, settings: Settings):
         self.cfg = settings.app.serve.generator
-        self.engine = make_engine(self.cfg)
+        self.storage = settings.open_storage()
+        self.engine: Engine = self._load(None)  # type: ignore[assignment]
         self.tokens = Counter("ragline_tokens_generated_total", description="Tokens generated.",
                               tag_keys=("model",))
+        self._stopped = threading.Event()
+        if trained.is_catalog(self.cfg.model):
+            threading.Thread(target=self._watch, name="generator-watch", daemon=True).start()
+
+    def _load(self, serving: str | None) -> Engine | None:
+        """The engine for the configured model; for catalog:NAME, None while the promoted version is `serving`."""
+        if not trained.is_catalog(self.cfg.model):
+            return make_engine(self.cfg)
+        manifest = trained.lookup(self.cfg.model, self.storage)
+        if manifest is None:
+            raise ValueError(f"generator.model {self.cfg.model}: no version is promoted yet "
+                             "(`ragline models promote NAME VERSION`)")
+        if trained.label(manifest) == serving:
+            return None
+        engine = make_engine(self.cfg.model_copy(update={"model": trained.local_dir(manifest, self.storage)}))
+        engine.model = trained.label(manifest)
+        return engine
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(5.0):
+            try:
+                if (engine := self._load(self.engine.model)) is not None:
+                    self.engine = engine  # the swap: requests already streaming keep the engine they started with
+                    log.info("generating with %s", engine.model)
+            except Exception:  # a damaged new version: keep the current engine, retry later
+                log.exception("could not load the promoted generator; still serving %s", self.engine.model)
 
     def sampling(self, max_tokens: int | None, temperature: float | None, top_p: float | None,
                  stop: list[str] | None) -> Sampling:
@@ -33,14 +69,15 @@ class Generator:
                      stop: list[str] | None = None) -> AsyncIterator[dict[str, Any]]:
         """First `{"passages": n}` (how many passages fit the prompt), then the engine's pieces, then the end."""
         sampling = self.sampling(max_tokens, temperature, top_p, stop)
+        engine = self.engine  # one engine for the whole request, even if a promotion swaps it meanwhile
         prompt = build_prompt(question, passages, system=self.cfg.system_prompt,
-                              count_tokens=self.engine.count_tokens, max_context_tokens=self.cfg.max_context_tokens,
+                              count_tokens=engine.count_tokens, max_context_tokens=self.cfg.max_context_tokens,
                               max_new_tokens=sampling.max_new_tokens, max_passages=self.cfg.passages,
                               history=history or [])
         yield {"passages": len(prompt.passages)}
-        async for piece in self.engine.stream(prompt.messages, sampling):
+        async for piece in engine.stream(prompt.messages, sampling):
             if "completion_tokens" in piece:
-                self.tokens.inc(piece["completion_tokens"], tags={"model": self.engine.model})
+                self.tokens.inc(piece["completion_tokens"], tags={"model": engine.model})
             yield piece
 
     async def generate(self, question: str, passages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

@@ -42,12 +42,14 @@ def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[st
 
 def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: AppConfig,
                        modes: tuple[str, ...] | list[str] = MODES, k_ndcg: int = 10,
-                       k_recall: int = 100, progress: bool = True) -> dict[str, Any]:
+                       k_recall: int = 100, progress: bool = True, reranker: str | None = None,
+                       rerank_top: int = 50) -> dict[str, Any]:
     """Mean nDCG@k_ndcg and recall@k_recall per mode over the split's judged queries.
 
     The corpus goes into `{storage_root}/eval/{dataset name}`, never the user's own storage root. Each mode
     retrieves 3·k_recall chunks per query (several chunks may come from one document), collapsed to
-    documents."""
+    documents. With `reranker` (a CrossEncoder directory, hub id, or `catalog:NAME[:VERSION]` in the user's
+    storage root) each mode's top `rerank_top` chunks are also reranked: modes "<mode>+rerank"."""
     from app.index.search import Index, Searcher
 
     dataset_dir = Path(dataset_dir)
@@ -60,19 +62,30 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     storage = Storage(f"{storage_root.rstrip('/')}/eval/{dataset_dir.name}")
     ingest = ensure_index(dataset_dir, storage, cfg)
 
+    scorer = Reranking(reranker, Storage(storage_root), cfg.serve.reranker.max_length) if reranker else None
     index = Index.load(storage)
     searcher = Searcher(index, cfg.search)
     qids = list(queries)
     vectors = searcher.embed([queries[q] for q in qids])
     n_chunks = 3 * max(k_recall, k_ndcg)
     per_mode: dict[str, dict[str, list[float]]] = {m: {"ndcg": [], "recall": []} for m in modes}
+    reranked: dict[str, list[float]] = {f"{m}+rerank": [] for m in modes} if scorer else {}
     for qid, vec in tqdm(list(zip(qids, vectors, strict=True)), desc=f"eval {dataset_dir.name}/{split}",
                          unit="query", disable=not progress):
+        tops = {}
         for mode in modes:
             hits = index.search(queries[qid], vec, mode, n_chunks, cfg.search)  # type: ignore[arg-type]
             ranked = collapse_to_docs([h.doc_id for h in hits])
             per_mode[mode]["ndcg"].append(ndcg_at_k(ranked, qrels[qid], k_ndcg))
             per_mode[mode]["recall"].append(recall_at_k(ranked, qrels[qid], k_recall))
+            tops[mode] = hits[:rerank_top]
+        if scorer:
+            # score each distinct chunk once, however many modes retrieved it
+            scores = scorer.score(queries[qid], {h.chunk_id: h for hs in tops.values() for h in hs})
+            for mode, hits in tops.items():
+                order = sorted(hits, key=lambda h: -scores[h.chunk_id])
+                reranked[f"{mode}+rerank"].append(ndcg_at_k(collapse_to_docs([h.doc_id for h in order]),
+                                                            qrels[qid], k_ndcg))
     return {
         "dataset": dataset_dir.name,
         "split": split,
@@ -80,5 +93,33 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
         "index_version": index.version,
         "ingest_note": ingest.get("note"),
         "modes": {m: {f"ndcg@{k_ndcg}": round(mean(v["ndcg"]), 4),
-                      f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()},
+                      f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()}
+        | {m: {f"ndcg@{k_ndcg}": round(mean(v), 4)} for m, v in reranked.items()},
+        **({"reranker": scorer.name, "rerank_top": rerank_top} if scorer else {}),
     }
+
+
+class Reranking:
+    """A CrossEncoder scoring (query, chunk) pairs the way the serving graph's reranker does."""
+
+    def __init__(self, spec: str, storage: Storage, max_length: int):
+        from sentence_transformers import CrossEncoder
+
+        from app.models import local_or_hub, trained
+        from app.train.reranker_data import passage
+
+        if trained.is_catalog(spec):
+            manifest = trained.lookup(spec, storage)
+            if manifest is None:
+                raise ValueError(f"{spec}: no version is promoted yet (`ragline models promote NAME VERSION`)")
+            path, self.name = trained.local_dir(manifest, storage), trained.label(manifest)
+        else:
+            path, self.name = local_or_hub(spec, "reranker"), spec
+        self.model = CrossEncoder(path, max_length=max_length, device="cpu")
+        self.passage = passage
+
+    def score(self, query: str, hits: dict[str, Any]) -> dict[str, float]:
+        ids = list(hits)
+        pairs = [(query, self.passage(hits[i].to_dict())) for i in ids]
+        scores = self.model.predict(pairs, batch_size=64, show_progress_bar=False) if pairs else []
+        return {i: float(s) for i, s in zip(ids, scores, strict=True)}

@@ -44,7 +44,8 @@ def served(ray_cluster, tmp_path_factory):
     run_ingest([str(tmp / "corpus")], cfg, storage)
     key = apikeys.load(storage)[0][0]
     schema = serving.load_serve_config(None, storage, None, ["serve.generator.max_new_tokens=40",
-                                                             "serve.retriever.poll_interval_s=0.5"],
+                                                             "serve.retriever.poll_interval_s=0.5",
+                                                             "serve.reranker.poll_interval_s=0.5"],
                                        deployment_options=DEPLOYMENT_OPTIONS)
     schema.http_options.port = free_port()
     serving.deploy(schema, timeout_s=600)
@@ -163,6 +164,45 @@ def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served)
     hits = httpx.post(f"{url}/v1/retrieve", json={"query": "okapi Ituri rainforest", "top_k": 1},
                       headers=auth(served)).json()["hits"]
     assert hits[0]["source"].endswith("okapi.txt")
+
+
+def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
+    """`ragline train reranker` on the served corpus (pairs mined from its own index), `models promote`, and the
+    running graph reranks with it: /v1/rerank and /v1/query name the version and carry real scores."""
+    from sentence_transformers import CrossEncoder
+
+    from app.catalog import Catalog
+    from app.train.config import TrainJobConfig
+    from app.train.run import run_training
+
+    storage = served["storage"]
+    # small CPU shares: the graph keeps its reservations on this 2-core cluster while the job trains
+    cfg = TrainJobConfig.model_validate({
+        "task": "reranker", "name": "rr", "num_workers": 2, "cpus_per_worker": 0.5, "batch_size": 2, "max_steps": 3,
+        "reranker": {"negatives": 3, "max_length": 96, "self_queries": 40}, "lr": 5e-5})
+    record = run_training(cfg, storage)
+    assert record["state"] == "succeeded" and record["model"] == {"name": "reranker", "version": 1}
+    catalog = Catalog(storage)
+    model_dir = storage.local_path(catalog.get_model("reranker", 1).dir)
+    scores = CrossEncoder(str(model_dir)).predict([("zebra migration", PLANTED), ("zebra migration", OKAPI)])
+    assert len(scores) == 2  # the export loads as a CrossEncoder
+
+    def rerank() -> dict:
+        r = httpx.post(f"{served['url']}/v1/rerank", headers=auth(served), timeout=60,
+                       json={"query": QUESTION, "documents": [OKAPI, PLANTED]})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    assert rerank()["reranker"] == "none"  # trained, not promoted: nothing changes
+    catalog.promote("reranker", 1)
+    deadline = time.time() + 60
+    while (body := rerank())["reranker"] != "reranker:v1":
+        assert time.time() < deadline, body
+        time.sleep(0.5)
+    assert all(isinstance(x["relevance_score"], float) for x in body["results"])
+    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8}, headers=auth(served),
+                   timeout=120)
+    assert r.status_code == 200 and r.json()["models"]["reranker"] == "reranker:v1", r.text
 
 
 def test_locust_smoke_run_writes_the_report(served, tmp_path):

@@ -1,0 +1,185 @@
+"""The training job's typed config: one YAML file per job (`deployments/jobs/sft.yaml`, `reranker.yaml`).
+
+Everything a run needs is here, so the file (plus `--set` overrides) is the whole record of how a model was made;
+it is stored with the run and with the model version it exports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from app.config import _merge, format_validation_error, parse_overrides
+
+DEFAULT_MODELS = {"sft": "SmolLM2-135M-Instruct", "reranker": "all-MiniLM-L6-v2"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SFTDataConfig(_Config):
+    """Instruction/response or chat-message records for supervised fine-tuning."""
+
+    paths: list[str] = Field(default_factory=list, description="jsonl or parquet files (local or s3:// / gs://).")
+    prompt_field: str = Field(default="instruction", description="Field holding the user's turn (instruction "
+                              "records).")
+    input_field: str | None = Field(default="input", description="Optional field appended to the prompt "
+                                    "(Alpaca-style 'input'); missing or empty is fine.")
+    response_field: str = Field(default="response", description="Field holding the answer the model learns.")
+    system_field: str | None = Field(default="system", description="Optional field with a system message.")
+    messages_field: str = Field(default="messages", description="Field of chat records: a list of "
+                                "{role, content} ending with an assistant turn. Takes precedence when present.")
+    max_length: int = Field(default=512, ge=16, le=32768, description="Most tokens in one example (prompt + "
+                            "response after the chat template). Longer records are dropped as 'too_long'.")
+    packing: bool = Field(default=False, description="Concatenate examples into rows of up to max_length tokens "
+                          "(fewer pad tokens; attention crosses example boundaries, as in TRL's naive packing).")
+
+
+class RerankerDataConfig(_Config):
+    """Where (query, positive) pairs come from and how hard negatives are mined."""
+
+    beir_dir: str | None = Field(default=None, description="BEIR-style dataset directory (corpus.jsonl, "
+                                 "queries.jsonl, qrels/<split>.tsv). None: mine pairs from the latest index in the "
+                                 "storage root itself (pseudo-queries, see `self_queries`).")
+    split: str = Field(default="train", description="qrels split to train on.")
+    index_version: int | None = Field(default=None, ge=1, description="Index version negatives are mined from. "
+                                      "None: the latest.")
+    negatives: int = Field(default=7, ge=1, le=63, description="Hard negatives per positive.")
+    mine_top_k: int = Field(default=30, ge=2, le=1000, description="BM25 and dense candidates per query; the "
+                            "negatives are drawn from their union minus the positives.")
+    self_queries: int = Field(default=2000, ge=1, description="Without beir_dir: chunks turned into "
+                              "(pseudo-query, chunk) pairs; the query is the chunk's title, or its first sentence.")
+    max_length: int = Field(default=256, ge=16, le=4096, description="Tokens of (query, passage) the "
+                            "cross-encoder reads.")
+
+
+class LoraConfig(_Config):
+    """LoRA adapters (peft); merged into the base weights on export."""
+
+    r: int = Field(default=16, ge=1, description="Adapter rank.")
+    alpha: int = Field(default=32, ge=1, description="Scaling numerator (scale = alpha / r).")
+    dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] | str = Field(default="all-linear", description="Modules that get adapters.")
+
+
+class TrainJobConfig(_Config):
+    """One fine-tuning job."""
+
+    task: Literal["sft", "reranker"] = Field(description="sft: causal-LM fine-tuning; reranker: a cross-encoder.")
+    name: str | None = Field(default=None, description="Run name. Starting a run with the name of one that "
+                             "stopped resumes it from its latest checkpoint. None: <task>-<timestamp>.")
+    model: str | None = Field(default=None, description="Packaged name, local directory or hub id. None: "
+                              "SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker).")
+    register_as: str | None = Field(default=None, description="Catalog model name the export is registered "
+                                    "under. None: the task name ('sft' or 'reranker').")
+    sft: SFTDataConfig = Field(default_factory=SFTDataConfig)
+    reranker: RerankerDataConfig = Field(default_factory=RerankerDataConfig)
+    on_bad_record: Literal["fail", "skip"] = Field(default="fail", description="fail: any bad record stops the "
+                                                   "job before training, naming it; skip: drop and count it.")
+    lora: LoraConfig | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
+
+    # ---- distribution -----------------------------------------------------------------------------------------
+    strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(default="ddp", description="ddp: replicated model; "
+                                                          "fsdp: FSDP2, fully_shard per transformer block; "
+                                                          "deepspeed: ZeRO (see zero_stage).")
+    zero_stage: int = Field(default=2, description="deepspeed: ZeRO stage 1, 2 or 3.")
+    offload_optimizer: bool = Field(default=False, description="deepspeed: keep optimizer state on the CPU.")
+    offload_params: bool = Field(default=False, description="deepspeed (ZeRO-3 only): keep parameters on the CPU.")
+    num_workers: int = Field(default=2, ge=1, description="Training workers (one process each).")
+    use_gpu: bool = Field(default=False, description="One GPU per worker and NCCL; False: CPU workers with gloo.")
+    cpus_per_worker: float = Field(default=1.0, gt=0, description="CPUs each worker reserves (torch threads "
+                                   "follow it).")
+    precision: Literal["auto", "bf16", "fp32"] = Field(default="auto", description="auto: bf16 autocast on GPUs "
+                                                       "that support it, fp32 otherwise.")
+
+    # ---- optimisation -----------------------------------------------------------------------------------------
+    batch_size: int = Field(default=8, ge=1, description="Examples per worker per micro-batch.")
+    grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    epochs: int = Field(default=1, ge=1, description="Passes over the training data (max_steps may stop sooner).")
+    max_steps: int | None = Field(default=None, ge=1, description="Stop after this many optimizer steps.")
+    lr: float = Field(default=5e-5, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps, then cosine decay to zero.")
+    max_grad_norm: float | None = Field(default=1.0, gt=0, description="Gradient clipping norm. None: no clipping.")
+    activation_checkpointing: bool = Field(default=False, description="Recompute activations in backward "
+                                           "(less memory, about a third more compute).")
+    seed: int = Field(default=0, description="Seeds model init of new heads, data order and dropout.")
+
+    # ---- checkpoints, failures, tracking -----------------------------------------------------------------------
+    checkpoint_every: int = Field(default=50, ge=1, description="Optimizer steps between checkpoints (and one at "
+                                  "the end).")
+    keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept in storage.")
+    max_failures: int = Field(default=0, ge=-1, description="Worker failures the run survives, resuming from the "
+                              "latest checkpoint (-1: unlimited).")
+    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow tracking URI. None: a file store "
+                                            "under the storage root (local storage only; give one for s3/gs).")
+    peak_flops_per_worker: float | None = Field(default=None, gt=0, description="Peak FLOP/s of one worker's "
+                                                "device, for MFU. None: looked up for known GPUs; unknown on CPU.")
+    chaos_fail_at_step: int | None = Field(default=None, ge=1, description="Testing fault tolerance: the last "
+                                           "worker exits abruptly once, when it reaches this step.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainJobConfig:
+        if self.name is not None and not NAME_RE.match(self.name):
+            raise ValueError(f"name {self.name!r} must be 1-64 letters, digits, '_', '.', '-'")
+        if self.register_as is not None and not NAME_RE.match(self.register_as):
+            raise ValueError(f"register_as {self.register_as!r} must be 1-64 letters, digits, '_', '.', '-'")
+        if self.strategy == "deepspeed" and self.zero_stage not in (1, 2, 3):
+            raise ValueError(f"zero_stage must be 1, 2 or 3, not {self.zero_stage}")
+        if self.offload_params and not (self.strategy == "deepspeed" and self.zero_stage == 3):
+            raise ValueError("offload_params needs strategy deepspeed with zero_stage 3")
+        if self.offload_optimizer and self.strategy != "deepspeed":
+            raise ValueError("offload_optimizer needs strategy deepspeed")
+        if self.task == "sft" and not self.sft.paths:
+            raise ValueError("sft.paths: give at least one jsonl or parquet file of training records")
+        if self.task == "reranker" and self.lora is not None:
+            raise ValueError("lora is for sft; the reranker is small enough to train whole")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        return self.model or DEFAULT_MODELS[self.task]
+
+    @property
+    def catalog_name(self) -> str:
+        return self.register_as or self.task
+
+
+def load_job_config(path: str | Path | None, task: str, overrides: list[str] | None = None) -> TrainJobConfig:
+    """The job file (if any) + dotted overrides, validated, with `task` set by the command. A file written for the
+    other task is an error, not a silent switch."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"job config {p} does not exist")
+        source = str(p)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ValueError(f"job config {p} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"job config {p} must hold a mapping at the top level")
+    if data.get("task", task) != task:
+        raise ValueError(f"job config {source} is for task {data['task']!r}, not {task!r}")
+    data["task"] = task
+    if overrides:
+        data = _merge(data, parse_overrides(overrides))
+        source += " + overrides"
+    try:
+        cfg = TrainJobConfig.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(format_validation_error(e, source)) from e
+    # relative data paths are the caller's: make them absolute before the job runs elsewhere (service, workers)
+    cfg.sft.paths = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in cfg.sft.paths]
+    if cfg.reranker.beir_dir:
+        cfg.reranker.beir_dir = os.path.abspath(os.path.expanduser(cfg.reranker.beir_dir))
+    return cfg

@@ -1,0 +1,144 @@
+"""Training data as Ray Data datasets: read → validate/tokenize in `map_batches` → materialized in the object
+store (never gathered on the driver), with counts that reconcile (records = kept + each drop reason).
+
+Bad records are found here, before any training worker starts: with `on_bad_record: fail` the job stops naming
+the first ones (file and content); with `skip` they are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import ray
+import ray.data
+
+from app.storage import Storage
+from app.train.config import TrainJobConfig
+from app.train.reranker_data import MineNegatives, PairTokenize, self_pairs
+from app.train.sft_data import SFTTokenize, pack
+
+SHOW_BAD = 5  # bad records named in the error
+
+
+@dataclass
+class Prepared:
+    dataset: ray.data.Dataset
+    rows: int  # training rows (examples, packed rows or groups)
+    counts: dict[str, Any] = field(default_factory=dict)  # {"records", "kept", "dropped": {reason: n}}
+    pad_id: int = 0
+    source: dict[str, Any] = field(default_factory=dict)  # what the data was, for the model's lineage
+
+
+def _records(paths: list[str]) -> ray.data.Dataset:
+    """One row per record, {record: JSON text, source: file}; jsonl line by line (so one broken line is one bad
+    record, not a failed file), parquet rows re-serialised."""
+    from app.ingest.inputs import expand
+
+    inputs = expand(paths)
+    files, fs = inputs.files, inputs.filesystem
+    bad = [inputs.source(f) for f in files if not f.endswith((".jsonl", ".json", ".parquet"))]
+    if bad:
+        raise ValueError(f"training data must be .jsonl or .parquet files; not: {', '.join(bad[:5])}")
+    parts = []
+    jsonl = [f for f in files if not f.endswith(".parquet")]
+    if jsonl:
+        lines = ray.data.read_text(jsonl, include_paths=True, filesystem=fs).filter(lambda r: bool(r["text"].strip()))
+        parts.append(lines.map_batches(lambda t: pa.table({"record": t["text"], "source": t["path"]}),
+                                       batch_format="pyarrow"))
+    parquet = [f for f in files if f.endswith(".parquet")]
+    if parquet:
+        rows = ray.data.read_parquet(parquet, include_paths=True, filesystem=fs)
+        parts.append(rows.map_batches(
+            lambda t: pa.table({"record": [json.dumps({k: v for k, v in r.items() if k != "path"}, default=str)
+                                           for r in t.to_pylist()],
+                                "source": t["path"]}), batch_format="pyarrow"))
+    return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
+
+
+def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Dataset, dict[str, Any]]:
+    """Count drops by reason; fail naming the first bad records, or filter them out (on_bad_record: skip)."""
+    ds = ds.materialize()
+    by_reason = Counter({r["drop"]: r["count()"] for r in ds.groupby("drop").count().take_all()})
+    kept = by_reason.pop("", 0)
+    counts = {"records": kept + sum(by_reason.values()), "kept": kept, "dropped": dict(sorted(by_reason.items()))}
+    if by_reason and cfg.on_bad_record == "fail":
+        bad = ds.filter(lambda r: r["drop"] != "").take(SHOW_BAD)
+        lines = [f"  {r['source']}: {r['drop']}: {r['detail']}" for r in bad]
+        raise ValueError(f"{sum(by_reason.values())} of {counts['records']} training records are bad "
+                         f"({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}); first ones:\n"
+                         + "\n".join(lines) + "\nfix them, or set on_bad_record: skip to drop and count them")
+    if not kept:
+        raise ValueError(f"no usable training record (dropped: {counts['dropped']})")
+    return ds.filter(lambda r: r["drop"] == ""), counts
+
+
+def prepare_sft(cfg: TrainJobConfig, model_path: str) -> Prepared:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
+    ds = _records(cfg.sft.paths).map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()),
+                                              batch_size=256, concurrency=1)
+    ds, counts = _reconcile(ds, cfg)
+    ds = ds.select_columns(["input_ids", "labels"])
+    if cfg.sft.packing:
+        ds = ds.map_batches(pack, fn_kwargs={"max_length": cfg.sft.max_length},  # type: ignore[arg-type]
+                            batch_size=4096)
+        ds = ds.select_columns(["input_ids", "labels"])
+    ds = ds.materialize()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return Prepared(ds, ds.count(), counts, int(pad), {"paths": cfg.sft.paths})
+
+
+def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[dict[str, Any]], Storage]:
+    """(query rows, the storage root holding the BEIR corpus's index); the corpus is ingested there once."""
+    from app.config import AppConfig
+    from app.eval.beir import load_beir
+    from app.eval.retrieval import ensure_index
+
+    assert cfg.reranker.beir_dir is not None
+    directory = Path(cfg.reranker.beir_dir)
+    queries, qrels = load_beir(directory, cfg.reranker.split)
+    if not queries:
+        raise ValueError(f"{directory}: split {cfg.reranker.split!r} has no query with a relevant document")
+    eval_storage = Storage(f"{storage.uri.rstrip('/')}/eval/{directory.name}")
+    if not eval_storage.exists("indexes"):
+        ensure_index(directory, eval_storage, AppConfig())
+    rows = [{"qid": q, "query": queries[q], "positives": sorted(qrels[q])} for q in sorted(queries)]
+    return rows, eval_storage
+
+
+def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    from transformers import AutoTokenizer
+
+    from app.index.search import Index
+
+    rc = cfg.reranker
+    if rc.beir_dir:
+        rows, index_storage = _beir_pairs(cfg, storage)
+    else:
+        index_storage = storage
+        rows = self_pairs(Index.load(storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
+        if not rows:
+            raise ValueError("the index has no chunk long enough to make a (pseudo-query, passage) pair")
+    version = Index.load(index_storage, rc.index_version, verify=False).version
+    ds: ray.data.Dataset = ray.data.from_items(rows)
+    ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, rc.model_dump(), cfg.seed),
+                        batch_size=64, concurrency=1)
+    ds = ds.map_batches(PairTokenize, fn_constructor_args=(model_path, rc.max_length), batch_size=64,
+                        concurrency=1).select_columns(["input_ids", "token_type_ids"]).materialize()
+    n = ds.count()
+    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    # one group per (query, positive) pair; a positive the index does not hold makes none
+    pairs = sum(len(r["positives"]) for r in rows)
+    counts = {"records": pairs, "kept": n, "dropped": {"positive_not_in_index": pairs - n} if pairs > n else {},
+              "queries": len(rows), "group_size": 1 + rc.negatives}
+    source = {"beir_dir": rc.beir_dir, "split": rc.split if rc.beir_dir else None, "index_storage": index_storage.uri,
+              "index_version": version}
+    return Prepared(ds, n, counts, int(pad), source)

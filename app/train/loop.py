@@ -1,0 +1,138 @@
+"""The function every training worker runs (`train_loop_per_worker`): resume, train, report, checkpoint, export.
+
+A checkpoint holds the whole training state: the strategy's model/optimizer/scheduler files, every rank's RNG
+state, and `progress.json` (optimizer step, epoch, micro-batches consumed in that epoch). Resuming replays the
+epoch's data order (Ray Data with preserved order and a seeded local shuffle) and skips the consumed micro-batches,
+so a run that failed at step k continues from its last checkpoint's step with the data it had not seen yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray.train
+import torch
+import torch.distributed as dist
+
+from app.storage import Storage
+from app.train import metrics, tracking
+from app.train.config import TrainJobConfig
+from app.train.reranker_data import collate_groups
+from app.train.sft_data import collate_lm
+from app.train.strategies import STRATEGIES
+from app.train.task import build_model, export, loss_of, model_inputs
+
+SHUFFLE_BUFFER = 256  # rows per worker mixed by the seeded local shuffle
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    cfg = TrainJobConfig.model_validate(config["job"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.set_num_threads(max(1, round(cfg.cpus_per_worker)))
+    random.seed(cfg.seed + rank)
+    np.random.seed(cfg.seed + rank)
+
+    model = build_model(cfg, config["model_path"])
+    n_params = metrics.non_embedding_params(model)
+    strategy = STRATEGIES[cfg.strategy](cfg, model, config["total_steps"], device)
+    step = epoch = position = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            progress = json.loads((Path(d) / "progress.json").read_text())
+            strategy.load(Path(d))
+            _set_rng_state(torch.load(Path(d) / f"rng-rank{rank}.pt", weights_only=False))
+        step, epoch, position = progress["step"], progress["epoch"], progress["position"]
+        print(f"[rank {rank}] resumed at step {step} (epoch {epoch}, micro-batch {position})")
+
+    start_step = step  # reported with every metric: where this attempt began (0, or a checkpoint's step)
+    shard = ray.train.get_dataset_shard("train")
+    pad_id = config["pad_id"]
+    collate = (lambda b: collate_lm(b, pad_id)) if cfg.task == "sft" else (lambda b: collate_groups(b, pad_id))
+    storage = Storage(config["storage"])
+    window = metrics.Window()
+    last_saved = step if checkpoint else -1
+    done = step >= config["total_steps"]
+    while not done and epoch < cfg.epochs:
+        batches = shard.iter_torch_batches(batch_size=cfg.batch_size, collate_fn=collate, drop_last=True,
+                                           local_shuffle_buffer_size=SHUFFLE_BUFFER,
+                                           local_shuffle_seed=cfg.seed * 1000 + epoch)
+        for micro, batch in enumerate(batches):
+            if micro < position:  # consumed before the checkpoint we resumed from
+                continue
+            t0 = time.perf_counter()
+            out = strategy.forward(model_inputs(cfg, batch, device))
+            loss = loss_of(cfg, out, batch)
+            stepped = strategy.backward(loss, micro)
+            position = micro + 1
+            window.add(loss.item(), int(batch["attention_mask"].sum()), len(batch["input_ids"]),
+                       batch["attention_mask"].shape[1], time.perf_counter() - t0)
+            if not stepped:
+                continue
+            step += 1
+            if cfg.chaos_fail_at_step == step and rank == world - 1 and \
+                    storage.create_exclusive(f"{config['run_dir']}/chaos-fired", b"1"):
+                print(f"[rank {rank}] chaos: exiting at step {step}")
+                os._exit(1)
+            done = step >= config["total_steps"]
+            report = metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device)
+            report["attempt_start_step"] = start_step
+            window = metrics.Window()
+            if rank == 0:
+                tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report, step)
+            if step % cfg.checkpoint_every == 0 or done:
+                _save(strategy, report, rank, {"step": step, "epoch": epoch, "position": position})
+                last_saved = step
+            else:
+                ray.train.report(report)
+            if done:
+                break
+        if not done:
+            epoch, position = epoch + 1, 0
+    if last_saved != step:  # the data ran out between checkpoints
+        _save(strategy, metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device), rank,
+              {"step": step, "epoch": epoch, "position": position})
+
+    state = strategy.full_state_dict()  # a collective: every rank takes part
+    if rank == 0:
+        assert state is not None
+        with tempfile.TemporaryDirectory() as d:
+            export(cfg, config["model_path"], state, Path(d))
+            storage.delete_dir(config["export_dir"])
+            storage.upload_dir(Path(d), config["export_dir"])
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _save(strategy: Any, report: dict[str, Any], rank: int, progress: dict[str, int]) -> None:
+    """Every rank writes its part into its own directory; Ray Train merges them into one checkpoint and registers
+    it only once every rank's upload is done, so a crash mid-save never leaves a checkpoint that looks valid."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        strategy.save(Path(d))
+        torch.save(_rng_state(), Path(d) / f"rng-rank{rank}.pt")
+        if rank == 0:
+            (Path(d) / "progress.json").write_text(json.dumps(progress))
+        report["checkpoint_save_s"] = round(time.perf_counter() - t0, 3)
+        ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(d),
+                         checkpoint_dir_name=f"step-{progress['step']:08d}")
+

@@ -1,0 +1,157 @@
+"""A training run from the driver's side: prepare data, launch the TorchTrainer, track it in MLflow, register
+the exported model in the catalog.
+
+Layout under the storage root:
+
+    train/<run name>/...              Ray Train's run directory (checkpoints step-00000050/, its state snapshot)
+    train/<run name>/export/          the exported Hugging Face model (rank 0 writes it at the end)
+    runs/train/<run name>.json        the run record (state, config, counts, metrics, model version)
+    mlruns/                           the default MLflow file store
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.catalog import Catalog, now_iso
+from app.storage import Storage
+from app.train import tracking
+from app.train.config import TrainJobConfig
+
+RUN_RECORDS = "runs/train"
+
+
+def run_name(cfg: TrainJobConfig) -> str:
+    return cfg.name or f"{cfg.task}-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
+def validate(cfg: TrainJobConfig) -> str:
+    """Checks that need no cluster (the model and the data exist); returns the resolved model path or hub id."""
+    from app.ingest.inputs import expand
+    from app.train.task import resolve_model
+
+    if cfg.task == "sft":
+        expand(cfg.sft.paths)
+    elif cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
+        raise ValueError(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
+    return resolve_model(cfg)
+
+
+def save_record(storage: Storage, record: dict[str, Any]) -> None:
+    storage.write_json(f"{RUN_RECORDS}/{record['name']}.json", record)
+
+
+def load_records(storage: Storage) -> list[dict[str, Any]]:
+    names = [n for n in storage.listdir(RUN_RECORDS) if n.endswith(".json") and ".tmp-" not in n]
+    return sorted((dict(storage.read_json(f"{RUN_RECORDS}/{n}")) for n in names),
+                  key=lambda r: (r.get("started_at", ""), r["name"]))
+
+
+def run_training(cfg: TrainJobConfig, storage: Storage,
+                 on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run (or resume, when a run of this name stopped before) one job to the end; returns its record with the
+    registered model version. Needs a connected Ray. Raises ValueError for bad config or data, before any
+    training worker starts."""
+    name = run_name(cfg)
+    model_path = validate(cfg)
+    record: dict[str, Any] = {"name": name, "task": cfg.task, "state": "preparing", "started_at": now_iso(),
+                              "config": cfg.model_dump(), "storage": storage.uri}
+    update = on_update or (lambda r: None)
+    save_record(storage, record)
+    update(record)
+    try:
+        return _run(cfg, storage, name, model_path, record, update)
+    except BaseException as e:  # recorded for `ragline train status`, then raised to the caller
+        record.update(state="failed" if not isinstance(e, KeyboardInterrupt) else "stopped", finished_at=now_iso(),
+                      error=f"{type(e).__name__}: {e}")
+        save_record(storage, record)
+        raise
+
+
+def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, record: dict[str, Any],
+         update: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    from app.train.data import prepare_reranker, prepare_sft
+    from app.train.loop import train_loop
+
+    t0 = time.perf_counter()
+    prepared = prepare_sft(cfg, model_path) if cfg.task == "sft" else prepare_reranker(cfg, model_path, storage)
+    per_worker = prepared.rows // cfg.num_workers  # streaming_split(equal=True) gives each worker this many rows
+    steps_per_epoch = per_worker // cfg.batch_size // cfg.grad_accum
+    if steps_per_epoch == 0:
+        raise ValueError(f"{prepared.rows} training rows make no optimizer step with {cfg.num_workers} workers × "
+                         f"batch_size {cfg.batch_size} × grad_accum {cfg.grad_accum}")
+    total_steps = min(cfg.max_steps or 1 << 62, steps_per_epoch * cfg.epochs)
+    record.update(state="running", counts=prepared.counts, data=prepared.source, total_steps=total_steps,
+                  prepare_s=round(time.perf_counter() - t0, 1))
+    save_record(storage, record)
+    update(record)
+
+    uri = tracking.tracking_uri(cfg.mlflow_tracking_uri, storage)
+    # a resumed run keeps the MLflow run of its earlier attempts: one history
+    mlflow_id = tracking.start_run(uri, name, cfg.model_dump(), _mlflow_run(storage, name))
+    storage.write_bytes(f"train/{name}/mlflow-run-id", mlflow_id.encode())
+    record["mlflow"] = {"uri": uri, "run_id": mlflow_id}
+
+    train_root = storage.uri.rstrip("/") + "/train" if "://" in storage.uri else str(storage.local_path("train"))
+    export_dir = f"train/{name}/export"
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"job": cfg.model_dump(), "model_path": model_path, "pad_id": prepared.pad_id,
+                           "total_steps": total_steps, "storage": storage.uri, "run_dir": f"train/{name}",
+                           "export_dir": export_dir, "mlflow": record["mlflow"]},
+        scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+        run_config=ray.train.RunConfig(
+            name=name, storage_path=train_root,
+            failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=cfg.keep_checkpoints)),
+        datasets={"train": prepared.dataset},
+        # the same order on every attempt, so a resumed run can skip exactly the micro-batches it consumed
+        dataset_config=ray.train.DataConfig(execution_options=_ordered()),
+    )
+    t1 = time.perf_counter()
+    result = trainer.fit()
+    train_s = time.perf_counter() - t1
+    metrics = dict(result.metrics or {})
+    version = register(storage, cfg, name, export_dir, metrics, prepared.counts, prepared.source)
+    tracking.finish(uri, mlflow_id, {"ragline.model": cfg.catalog_name, "ragline.model_version": str(version)})
+    record.update(state="succeeded", finished_at=now_iso(), metrics=metrics, train_s=round(train_s, 1),
+                  checkpoint=result.checkpoint.path if result.checkpoint else None,
+                  model={"name": cfg.catalog_name, "version": version})
+    save_record(storage, record)
+    update(record)
+    return record
+
+
+def register(storage: Storage, cfg: TrainJobConfig, run: str, export_dir: str, metrics: dict[str, Any],
+             counts: dict[str, Any], source: dict[str, Any]) -> int:
+    """Copy the export into its own directory under models/<name>/ and publish a model version for it."""
+    import uuid
+
+    catalog = Catalog(storage)
+    rel = f"models/{cfg.catalog_name}/files-{uuid.uuid4().hex[:12]}"
+    for f in storage.list_files(export_dir):
+        storage.write_bytes(f"{rel}/{f[len(export_dir) + 1:]}", storage.read_bytes(f), atomic=False)
+    manifest = catalog.publish_model(cfg.catalog_name, {
+        "task": cfg.task, "run": run, "base_model": cfg.model_name, "dir": rel,
+        "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},
+        "data": {"counts": counts, **source}, "config": cfg.model_dump()})
+    return manifest.version
+
+
+def _ordered() -> Any:
+    from ray.data import ExecutionOptions
+
+    return ExecutionOptions(preserve_order=True)
+
+
+def _mlflow_run(storage: Storage, name: str) -> str | None:
+    rel = f"train/{name}/mlflow-run-id"
+    return storage.read_bytes(rel).decode() if storage.exists(rel) else None

@@ -1,0 +1,70 @@
+"""MLflow tracking of training runs through `MlflowClient` (no global active run, so the driver and rank 0
+can each write to the same run)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from app.storage import Storage
+
+EXPERIMENT = "ragline"
+
+
+def tracking_uri(configured: str | None, storage: Storage) -> str:
+    """The configured URI, or a file store under a local storage root."""
+    if configured:
+        return configured
+    if not storage.is_local:
+        raise ValueError("mlflow_tracking_uri is needed when the storage root is not a local path")
+    return storage.local_path("mlruns").as_uri()
+
+
+def client(uri: str) -> Any:
+    if uri.startswith("file:"):
+        # MLflow 3 keeps its file store (no server, files beside the checkpoints) only on request
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def start_run(uri: str, name: str, params: dict[str, Any], run_id: str | None) -> str:
+    """The run of an earlier attempt (`run_id`), or a new one in the ragline experiment with `params` logged."""
+    c = client(uri)
+    if run_id:
+        return run_id
+    experiment = c.get_experiment_by_name(EXPERIMENT)
+    experiment_id = experiment.experiment_id if experiment else c.create_experiment(EXPERIMENT)
+    run_id = c.create_run(experiment_id, run_name=name).info.run_id
+    for k, v in _flat(params).items():
+        if v is not None:
+            c.log_param(run_id, k, str(v)[:500])
+    return str(run_id)
+
+
+def log_metrics(uri: str, run_id: str, metrics: dict[str, Any], step: int) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    scalars = [Metric(k, float(v), now, step) for k, v in metrics.items()
+               if isinstance(v, int | float) and not isinstance(v, bool)]
+    client(uri).log_batch(run_id, metrics=scalars)
+
+
+def finish(uri: str, run_id: str, tags: dict[str, str], status: str = "FINISHED") -> None:
+    c = client(uri)
+    for k, v in tags.items():
+        c.set_tag(run_id, k, v)
+    c.set_terminated(run_id, status=status)
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -1,0 +1,180 @@
+"""Fine-tuning on Ray Train with two CPU workers: every strategy lowers the loss and exports a loadable model,
+a planted worker death resumes from the last checkpoint's step, a run stopped on purpose resumes under its name,
+and bad training data fails before any worker starts (or is skipped and counted)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.catalog import Catalog
+from app.storage import Storage
+from app.train import tracking
+from app.train.config import TrainJobConfig, load_job_config
+from app.train.run import load_records, run_training
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> str:
+    """A two-layer Llama with SmolLM2's tokenizer and chat template: the strategies are under test, not the model."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from app import envs
+    from app.models import generator
+
+    tokenizer = AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
+    path = tmp_path_factory.mktemp("tiny-lm")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def job(tiny_lm: str, **fields) -> TrainJobConfig:
+    base = {"task": "sft", "model": tiny_lm, "sft": {"paths": [str(SAMPLE)], "max_length": 128},
+            "num_workers": 2, "batch_size": 4, "lr": 1e-2, "epochs": 4, "max_steps": 8, "checkpoint_every": 4,
+            "seed": 0}
+    return TrainJobConfig.model_validate(base | fields)
+
+
+def history(record: dict, key: str) -> list[tuple[int, float]]:
+    client = tracking.client(record["mlflow"]["uri"])
+    return sorted((m.step, m.value) for m in client.get_metric_history(record["mlflow"]["run_id"], key))
+
+
+@pytest.mark.parametrize("strategy", [{"strategy": "ddp"}, {"strategy": "fsdp"},
+                                      {"strategy": "deepspeed", "zero_stage": 2},
+                                      {"strategy": "deepspeed", "zero_stage": 3}],
+                         ids=["ddp", "fsdp", "zero2", "zero3"])
+def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_path, strategy):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    storage = Storage(str(tmp_path / "store"))
+    record = run_training(job(tiny_lm, name="s", **strategy), storage)
+    assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
+    losses = history(record, "loss")
+    assert [s for s, _ in losses] == list(range(1, 9))
+    assert losses[-1][1] < losses[0][1] * 0.8, losses
+    assert record["counts"] == {"records": 41, "kept": 41, "dropped": {}}
+    m = record["metrics"]
+    assert m["tokens_per_s"] > 0 and len(m["tokens_per_s_per_worker"]) == 2 and m["peak_memory_mb"] > 0
+    assert m["checkpoint_save_s"] >= 0
+
+    manifest = Catalog(storage).get_model("sft", record["model"]["version"])
+    assert manifest.run == "s" and manifest.data["counts"]["kept"] == 41 and manifest.config["strategy"] == \
+        strategy["strategy"]
+    directory = storage.local_path(manifest.dir)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is an identifier?"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == ids["input_ids"].shape[1] + 5
+
+
+def test_a_planted_worker_death_resumes_from_the_last_checkpoint(ray_cluster, tiny_lm, tmp_path):
+    storage = Storage(str(tmp_path / "store"))
+    record = run_training(job(tiny_lm, name="chaos", max_failures=1, checkpoint_every=2, chaos_fail_at_step=5),
+                          storage)
+    assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
+    assert storage.exists("train/chaos/chaos-fired")  # the worker did die
+    starts = history(record, "attempt_start_step")
+    # The first attempt started at 0; the second at the newest checkpoint Ray Train had registered when the
+    # worker died (step 4, or step 2 if the step-4 report was still in flight): mid-epoch (5 steps per epoch here),
+    # so neither from zero nor from the start of the epoch, and it carried on from exactly that step.
+    resumed = {v for _, v in starts} - {0.0}
+    assert len(resumed) == 1 and resumed <= {2.0, 4.0}, starts
+    (at,) = resumed
+    assert min(s for s, v in starts if v == at) == at + 1 and max(s for s, _ in starts) == 8
+
+
+def test_a_stopped_run_resumes_under_its_name(ray_cluster, tiny_lm, tmp_path):
+    storage = tmp_path / "store"
+    cmd = [str(Path(sys.executable).parent / "ragline"), "--storage", str(storage), "--address", ray_cluster,
+           "train", "sft", "--in-process", "--json", "--set", f"model={tiny_lm}", "--set", f"sft.paths=[{SAMPLE}]",
+           "--set", "name=stop-me", "--set", "max_steps=40", "--set", "checkpoint_every=10", "--set",
+           "batch_size=2", "--set", "epochs=20"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 300
+    snapshot = storage / "train" / "stop-me" / "checkpoint_manager_snapshot.json"
+    # stop once Ray Train has registered a checkpoint (its snapshot names it), not merely uploaded one
+    while not (snapshot.exists() and "step-" in snapshot.read_text()):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+    proc.communicate(timeout=120)
+    first = load_records(Storage(str(storage)))[0]
+    assert first["state"] in ("stopped", "failed"), first
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout)
+    assert record["state"] == "succeeded" and record["metrics"]["step"] == 40
+    starts = {v for _, v in history(record, "attempt_start_step")}
+    # the second attempt began at a checkpoint of the first (a multiple of 10), not at 0
+    assert len(starts) == 2 and max(starts) >= 10 and max(starts) % 10 == 0, starts
+
+
+def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_path):
+    data = tmp_path / "bad.jsonl"
+    good = SAMPLE.read_text().splitlines()[:12]
+    bad = ['{"instruction": "no answer here"}', "{not json", '{"instruction": "", "response": "x"}',
+           json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+           json.dumps({"instruction": "long " * 400, "response": "ok"})]
+    data.write_text("\n".join(good + bad) + "\n")
+    storage = Storage(str(tmp_path / "store"))
+    with pytest.raises(ValueError) as e:
+        run_training(job(tiny_lm, name="bad", sft={"paths": [str(data)], "max_length": 128}), storage)
+    msg = str(e.value)
+    assert "5 of 17 training records are bad" in msg and "missing_field" in msg and "invalid_json" in msg
+    assert "bad.jsonl" in msg and "on_bad_record: skip" in msg
+    assert not storage.exists("train/bad")  # no worker ever started
+
+    record = run_training(job(tiny_lm, name="skip", on_bad_record="skip", max_steps=1,
+                              sft={"paths": [str(data)], "max_length": 128}), storage)
+    assert record["counts"] == {"records": 17, "kept": 12, "dropped": {
+        "bad_template": 1, "empty": 1, "invalid_json": 1, "missing_field": 1, "too_long": 1}}
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["strategy=megatron"], "strategy"),
+    (["strategy=deepspeed", "zero_stage=4"], "zero_stage must be 1, 2 or 3"),
+    (["offload_params=true"], "offload_params needs strategy deepspeed with zero_stage 3"),
+    (["model=/nonexistent/model"], "does not exist"),
+    (["sft.paths=[]"], "sft.paths"),
+    (["batch_size=0"], "batch_size"),
+    (["name=../escape"], "name"),
+    (["lr=-1"], "lr"),
+])
+def test_cli_rejects_a_bad_job_config_before_starting_anything(tmp_path, overrides, expected):
+    """A bad field or a model that does not exist: exit 2 and one line naming it, before Ray is touched."""
+    cmd = [str(Path(sys.executable).parent / "ragline"), "--storage", str(tmp_path / "s"), "--address",
+           "127.0.0.1:1", "train", "sft", "--config", str(ROOT / "deployments" / "jobs" / "sft.yaml")]
+    for o in overrides:
+        cmd += ["--set", o]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_job_files_in_deployments_validate():
+    for task in ("sft", "reranker"):
+        cfg = load_job_config(ROOT / "deployments" / "jobs" / f"{task}.yaml", task)
+        assert cfg.task == task
+    with pytest.raises(ValueError, match="is for task 'sft', not 'reranker'"):
+        load_job_config(ROOT / "deployments" / "jobs" / "sft.yaml", "reranker")

@@ -1,0 +1,114 @@
+"""SFT records → chat-template tokens with loss only on the answers; packing; the job config's rules."""
+
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from app import envs
+from app.models import generator
+from app.train.config import SFTDataConfig, TrainJobConfig, load_job_config
+from app.train.metrics import flops_per_token
+from app.train.sft_data import IGNORE, BadRecord, SFTTokenize, collate_lm, encode, pack, to_messages
+from app.train.strategies import lr_factor
+
+CFG = SFTDataConfig(paths=["x.jsonl"])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
+
+
+def test_instruction_record_becomes_chat_with_optional_input_and_system():
+    msgs = to_messages({"instruction": "Add", "input": "2 and 3", "response": "5", "system": "Be terse."}, CFG)
+    assert msgs == [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Add\n\n2 and 3"},
+                    {"role": "assistant", "content": "5"}]
+
+
+@pytest.mark.parametrize("record,reason", [
+    ({"instruction": "x"}, "missing_field"),
+    ({"instruction": "  ", "response": "y"}, "empty"),
+    ({"instruction": 3, "response": "y"}, "bad_template"),
+    ({"messages": []}, "bad_template"),
+    ({"messages": [{"role": "user", "content": "hi"}]}, "bad_template"),
+    ({"messages": [{"role": "wizard", "content": "hi"}, {"role": "assistant", "content": "x"}]}, "bad_template"),
+    ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}]}, "empty"),
+])
+def test_bad_records_say_why(record, reason):
+    with pytest.raises(BadRecord) as e:
+        to_messages(record, CFG)
+    assert e.value.reason == reason
+
+
+def test_labels_cover_exactly_the_assistant_turns(tokenizer):
+    msgs = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "Another?"}, {"role": "assistant", "content": "Green."}]
+    ids, labels = encode(msgs, tokenizer, 512)
+    learned = tokenizer.decode([t for t, y in zip(ids, labels, strict=True) if y != IGNORE])
+    assert "Blue." in learned and "Green." in learned
+    assert "Name a colour" not in learned and "Another" not in learned and "user" not in learned
+    assert learned.count("<|im_end|>") == 2  # the model learns to end its turn
+    with pytest.raises(BadRecord, match="more than max_length"):
+        encode(msgs, tokenizer, 8)
+
+
+def test_tokenize_stage_keeps_bad_rows_with_their_reason(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    stage = SFTTokenize(str(tmp_path), CFG.model_dump())
+    out = stage({"record": np.array([json.dumps({"instruction": "a", "response": "b"}), "{oops", "[1]"]),
+                 "source": np.array(["f.jsonl"] * 3)})
+    assert out["drop"] == ["", "invalid_json", "bad_template"]
+    assert out["tokens"][0] > 0 and out["input_ids"][1] == []
+
+
+def test_packing_and_collation():
+    batch = {"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8, 9]], "labels": [[-100, 2, 3], [-100, 5], [-100, 7, 8, 9]]}
+    packed = pack(batch, max_length=5)
+    assert packed["input_ids"] == [[1, 2, 3, 4, 5], [6, 7, 8, 9]] and packed["tokens"] == [5, 4]
+    t = collate_lm({"input_ids": np.array(packed["input_ids"], dtype=object),
+                    "labels": np.array(packed["labels"], dtype=object)}, pad_id=0)
+    assert t["input_ids"].shape == (2, 5) and t["labels"][1, 4].item() == IGNORE
+    assert t["attention_mask"].sum().item() == 9
+
+
+def test_warmup_then_cosine_schedule():
+    f = [lr_factor(s, warmup=4, total=20) for s in range(21)]
+    assert f[0] == pytest.approx(0.2) and f[3] == pytest.approx(0.8) and f[4] == pytest.approx(1.0)
+    assert f[12] == pytest.approx(0.5) and f[20] == pytest.approx(0.0, abs=1e-9)
+    assert all(a >= b for a, b in itertools.pairwise(f[4:]))
+
+
+def test_flops_per_token_follows_palm():
+    class M:
+        class config:
+            num_hidden_layers, hidden_size = 2, 64
+
+    assert flops_per_token(M(), n_params=1000, seq_len=10) == 6 * 1000 + 12 * 2 * 64 * 10  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"strategy": "deepspeed", "zero_stage": 0}, "zero_stage must be 1, 2 or 3"),
+    ({"offload_optimizer": True}, "offload_optimizer needs strategy deepspeed"),
+    ({"sft": {"paths": []}}, "sft.paths"),
+    ({"sft": {"paths": ["x"], "max_lenght": 5}}, "max_lenght"),
+    ({"register_as": "a b"}, "register_as"),
+    ({"epochs": 0}, "epochs"),
+])
+def test_job_config_rejects(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainJobConfig.model_validate({"task": "sft", "sft": {"paths": ["x.jsonl"]}} | fields)
+
+
+def test_job_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "job.yaml"
+    p.write_text("task: sft\nsft: {paths: [a.jsonl]}\nstrategy: fdsp\n")
+    with pytest.raises(ValueError, match=r"job.yaml.*\n  strategy"):
+        load_job_config(p, "sft")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_job_config(tmp_path / "missing.yaml", "sft")
+    cfg = load_job_config(p, "sft", ["strategy=fsdp"])
+    assert cfg.strategy == "fsdp" and cfg.sft.paths == [os.path.abspath("a.jsonl")]  # relative to the caller
