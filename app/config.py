@@ -270,11 +270,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return tree
 
 
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = value
     return out
@@ -288,26 +288,28 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
+    """The mapping at the top of a YAML file; ValueError naming the file if it is missing or not a mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{what} {p} does not exist")
+    try:
+        loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{what} {p} is not valid YAML: {e}") from e
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{what} {p} must hold a mapping at the top level, not {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:
     """Read YAML (if given), apply dotted overrides, validate. Raises ValueError naming file and field."""
-    data: dict[str, Any] = {}
-    source = "defaults"
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"config file {p} does not exist")
-        source = str(p)
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ValueError(f"config file {p} is not valid YAML: {e}") from e
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"config file {p} must hold a mapping at the top level, not {type(loaded).__name__}")
-        data = loaded
+    data: dict[str, Any] = read_yaml_mapping(path, "config file") if path else {}
+    source = str(path) if path else "defaults"
     if overrides:
-        data = _merge(data, parse_overrides(overrides))
+        data = merge(data, parse_overrides(overrides))
         source += " + overrides"
     try:
         return AppConfig.model_validate(data)

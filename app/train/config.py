@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from app.config import _merge, format_validation_error, parse_overrides
+from app.config import format_validation_error, merge, parse_overrides, read_yaml_mapping
 
 DEFAULT_MODELS = {"sft": "SmolLM2-135M-Instruct", "reranker": "all-MiniLM-L6-v2"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -155,24 +154,13 @@ class TrainJobConfig(_Config):
 def load_job_config(path: str | Path | None, task: str, overrides: list[str] | None = None) -> TrainJobConfig:
     """The job file (if any) + dotted overrides, validated, with `task` set by the command. A file written for the
     other task is an error, not a silent switch."""
-    data: dict[str, Any] = {}
-    source = "defaults"
-    if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"job config {p} does not exist")
-        source = str(p)
-        try:
-            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ValueError(f"job config {p} is not valid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ValueError(f"job config {p} must hold a mapping at the top level")
+    data = read_yaml_mapping(path, "job config") if path else {}
+    source = str(path) if path else "defaults"
     if data.get("task", task) != task:
         raise ValueError(f"job config {source} is for task {data['task']!r}, not {task!r}")
     data["task"] = task
     if overrides:
-        data = _merge(data, parse_overrides(overrides))
+        data = merge(data, parse_overrides(overrides))
         source += " + overrides"
     try:
         cfg = TrainJobConfig.model_validate(data)

