@@ -97,20 +97,19 @@ def train_loop(config: dict[str, Any]) -> None:
             report = metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device)
             report["attempt_start_step"] = start_step
             window = metrics.Window()
-            if rank == 0:
-                tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report, step)
             if step % cfg.checkpoint_every == 0 or done:
                 _save(strategy, report, rank, {"step": step, "epoch": epoch, "position": position})
                 last_saved = step
             else:
                 ray.train.report(report)
+            if rank == 0:
+                tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report, step)
             if done:
                 break
         if not done:
             epoch, position = epoch + 1, 0
-    if last_saved != step:  # the data ran out between checkpoints
-        _save(strategy, metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device), rank,
-              {"step": step, "epoch": epoch, "position": position})
+    # total_steps never exceeds the steps the data makes, so the last step ended the loop with a checkpoint
+    assert last_saved == step, (last_saved, step)
 
     state = strategy.full_state_dict()  # a collective: every rank takes part
     if rank == 0:
