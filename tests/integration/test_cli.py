@@ -28,10 +28,11 @@ def assert_user_error(done: subprocess.CompletedProcess, *needles: str) -> None:
 def test_help_reads_well():
     done = run("--help")
     assert done.returncode == 0
-    for command in ("demo", "ingest", "index", "search", "serve", "query", "status", "eval"):
+    for command in ("demo", "ingest", "index", "search", "serve", "query", "status", "eval", "train", "models"):
         assert command in done.stdout
     assert "--storage" in done.stdout and "--set" in done.stdout
     assert "--source" in run("search", "--help").stdout
+    assert "--in-process" in run("train", "sft", "--help").stdout and "promote" in run("models", "--help").stdout
 
 
 def test_bad_input_is_reported_without_traceback(tmp_path, ray_cluster):
@@ -47,6 +48,10 @@ def test_bad_input_is_reported_without_traceback(tmp_path, ray_cluster):
                       "nope does not exist")
     assert_user_error(run("--storage", store, "search", "x", "--mode", "fuzzy"), "--mode must be")
     assert run("--storage", store, "search", "x", "-k", "many").returncode == 2  # click's own type check
+    assert_user_error(run("--storage", store, "models", "promote", "reranker", "3"), "has no version 3")
+    assert_user_error(run("--storage", store, "train", "status", "nope"), "training run 'nope' does not exist")
+    assert_user_error(run("--storage", store, "eval", "retrieval", "--dataset", str(tmp_path), "--rerank-top", "0"),
+                      "--rerank-top must be between 1 and 1000")
 
 
 def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
