@@ -420,28 +420,26 @@ def _print_training(r: dict[str, Any]) -> None:
     out.print(t)
 
 
-@train_app.command("sft")
-def train_sft(
-    ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
-    detach: Annotated[bool, typer.Option(help="Queue the run and print its name without waiting.")] = False,
-    in_process: Annotated[bool, typer.Option(help="Drive the TorchTrainer from this process instead of the "
-                                             "TrainingService (for `ray job submit` entrypoints).")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Supervised fine-tuning of a causal LM (chat template applied, loss on the responses only)."""
-    _train(ctx, "sft", config, set_, detach, in_process, as_json)
+def _train_command(task: str, doc: str) -> Any:
+    """`ragline train <task>`: the same options for both tasks."""
+
+    def command(
+        ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
+        detach: Annotated[bool, typer.Option(help="Queue the run and print its name without waiting.")] = False,
+        in_process: Annotated[bool, typer.Option(help="Drive the TorchTrainer from this process instead of the "
+                                                 "TrainingService (for `ray job submit` entrypoints).")] = False,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        _train(ctx, task, config, set_, detach, in_process, as_json)
+
+    command.__doc__ = doc
+    return command
 
 
-@train_app.command("reranker")
-def train_reranker(
-    ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
-    detach: Annotated[bool, typer.Option(help="Queue the run and print its name without waiting.")] = False,
-    in_process: Annotated[bool, typer.Option(help="Drive the TorchTrainer from this process instead of the "
-                                             "TrainingService (for `ray job submit` entrypoints).")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs with mined hard negatives."""
-    _train(ctx, "reranker", config, set_, detach, in_process, as_json)
+train_app.command("sft")(_train_command(
+    "sft", "Supervised fine-tuning of a causal LM (chat template applied, loss on the responses only)."))
+train_app.command("reranker")(_train_command(
+    "reranker", "A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs with hard negatives."))
 
 
 @train_app.command("status")
