@@ -25,10 +25,14 @@ index_app = typer.Typer(help="Index versions.", no_args_is_help=True)
 eval_app = typer.Typer(help="Evaluation.", no_args_is_help=True)
 train_app = typer.Typer(help="Fine-tuning runs on Ray Train.", no_args_is_help=True)
 models_app = typer.Typer(help="Trained model versions in the catalog.", no_args_is_help=True)
+submit_app = typer.Typer(help="Run ingest, train or eval as a Ray job on a running cluster (Ray Jobs API): the "
+                         "working directory is uploaded, the job's logs stream here and the exit status is the "
+                         "job's.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 app.add_typer(eval_app, name="eval")
 app.add_typer(train_app, name="train")
 app.add_typer(models_app, name="models")
+app.add_typer(submit_app, name="submit")
 out = Console(file=sys.stdout)  # bound now: _connect later points sys.stdout at stderr
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line, whatever the terminal width
 
@@ -42,6 +46,7 @@ class Context:
     address: str | None
     config_file: str | None  # as given, for deployments that load the config themselves (Serve args)
     overrides: list[str]
+    storage_given: bool  # named by --storage, RAGLINE_STORAGE or the config, not the ./.ragline default
 
 
 def open_storage(root: str) -> Storage:
@@ -61,14 +66,19 @@ def main_options(
 ) -> None:
     config_file = str(config) if config else envs.RAGLINE_CONFIG or None
     cfg = load_config(config_file, set_ or [])
-    root = storage or cfg.storage or envs.storage_root()
-    ctx.obj = Context(cfg=cfg, storage=open_storage(root), address=address or cfg.ray_address or envs.ray_address(),
-                      config_file=config_file, overrides=set_ or [])
+    given = storage or cfg.storage or envs.RAGLINE_STORAGE
+    ctx.obj = Context(cfg=cfg, storage=open_storage(given or envs.storage_root()),
+                      address=address or cfg.ray_address or envs.ray_address(), config_file=config_file,
+                      overrides=set_ or [], storage_given=bool(given))
 
 
 def _connect(c: Context) -> None:
     from app.raycluster import connect
+    from app.remote import is_dashboard_url
 
+    if is_dashboard_url(c.address):
+        raise ValueError(f"{c.address} is a dashboard address: this command needs the cluster itself (ray://HEAD:"
+                         "10001 or HEAD:6379); send it as a job with `ragline submit`")
     connect(c.address)
     # Ray prints raylet/worker notices to sys.stdout from background threads; send them to stderr so stdout
     # carries only our output (tables, or --json that parses).
@@ -224,9 +234,24 @@ def _print_hits(question: str, hits: list[Any], version: int) -> None:
 
 
 # ---- status ----------------------------------------------------------------------------------------------------
+def _cluster_status(c: Context) -> dict[str, Any]:
+    """Jobs and Serve applications from the dashboard's REST API: the one --address names, or a local one."""
+    from app import remote
+
+    named = remote.is_dashboard_url(c.address)
+    url = remote.dashboard_url(c.address) if named else envs.LOCAL_DASHBOARD
+    try:
+        return {"dashboard": url, "jobs": remote.jobs(url), "serve": remote.serve_applications(url)}
+    except remote.Unreachable:
+        if named:
+            raise
+        return {"dashboard": None, "note": f"no Ray dashboard at {url} (give --address http://HEAD:8265)"}
+
+
 @app.command()
 def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Ingest and training runs, the catalog's dataset, index and model versions."""
+    """Ingest and training runs, the catalog's dataset, index and model versions, and the cluster's jobs and
+    Serve applications (from the dashboard --address names, or a local one)."""
     from app.catalog import Catalog
     from app.train.run import load_records
 
@@ -240,11 +265,13 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     models: dict[str, dict[str, Any]] = {name: {"versions": [m.version for m in catalog.model_versions(name)],
                                                 "promoted": (p.version if (p := catalog.promoted(name)) else None)}
                                          for name in catalog.model_names()}
+    cluster = _cluster_status(c)
     if as_json:
         _print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
             "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
-            "training_runs": training, "models": models})
+            "training_runs": training, "models": models, "cluster": cluster})
         return
+    _print_cluster(cluster)
     out.print(f"storage: {c.storage.uri}")
     t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
     for r in runs:
@@ -270,6 +297,24 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     out.print(mt)
 
 
+def _print_cluster(cluster: dict[str, Any]) -> None:
+    if not cluster["dashboard"]:
+        out.print(cluster["note"])
+        return
+    out.print(f"cluster: {cluster['dashboard']}")
+    j = Table("job", "status", "started", "entrypoint", title="jobs")
+    for job in cluster["jobs"][:10]:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job["start_time"] / 1000)) \
+            if job["start_time"] else ""
+        j.add_row(job["submission_id"] or "-", job["status"], started, job["entrypoint"][:80])
+    out.print(j)
+    a = Table("application", "status", "deployments", title="Serve applications")
+    for name, application in cluster["serve"].items():
+        a.add_row(name, application["status"], ", ".join(f"{d} {dd['status']} ×{dd['replicas']}" for d, dd in
+                                                         application["deployments"].items()))
+    out.print(a)
+
+
 # ---- serve / query --------------------------------------------------------------------------------------------
 ENDPOINT_FILE = "serve/endpoint.json"  # where `ragline serve` records the URL for `ragline query`
 
@@ -285,24 +330,36 @@ def serve(
                              ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Deploy the RAG graph (retriever → reranker → generator behind the HTTP API) on the current Ray."""
-    from app import apikeys, serving
+    """Deploy the RAG graph (retriever → reranker → generator behind the HTTP API) on the current Ray, or on the
+    cluster whose dashboard --address names (http://HEAD:8265, as `serve deploy` does)."""
+    from app import apikeys, remote, serving
 
     c: Context = ctx.obj
+    on_cluster = remote.is_dashboard_url(c.address)
+    if on_cluster and not c.storage_given:
+        raise ValueError("serving on a cluster needs the storage root its nodes share: give --storage "
+                         "(s3://…, gs://… or an absolute path on a shared filesystem) or set RAGLINE_STORAGE")
     keys_file = str(api_keys_file) if api_keys_file else None
-    _, where, new_key = apikeys.load(c.storage, keys_file)
-    schema = serving.load_serve_config(serve_config, c.storage, c.config_file, c.overrides, keys_file)
+    keys, where, new_key = apikeys.load(c.storage, keys_file)
+    schema = serving.load_serve_config(serve_config, c.storage, c.config_file, c.overrides,
+                                       None if on_cluster else keys_file, remote=on_cluster)
     if port is not None:
         schema.http_options.port = port
-    if where == "RAGLINE_API_KEYS":  # replicas may run on other machines: hand them the keys with the app
+    # replicas may run on other machines: keys that are not under the shared storage root travel with the app
+    if where == "RAGLINE_API_KEYS" or (on_cluster and keys_file):
         for application in schema.applications:
             application.runtime_env = {**(application.runtime_env or {}),
-                                       "env_vars": {"RAGLINE_API_KEYS": envs.RAGLINE_API_KEYS}}
-    _connect(c)
+                                       "env_vars": {"RAGLINE_API_KEYS": ",".join(keys)}}
     if not as_json:
         err.print(f"deploying {[a.name for a in schema.applications]} (the first start converts and loads models)")
-    serving.deploy(schema)
-    url = serving.url_of(schema)
+    if on_cluster:
+        assert c.address is not None
+        remote.deploy(c.address, schema.model_dump(mode="json", exclude_unset=True))
+        url = serving.url_of(schema, c.address)
+    else:
+        _connect(c)
+        serving.deploy(schema)
+        url = serving.url_of(schema)
     c.storage.write_json(ENDPOINT_FILE, {"url": url})
     if as_json:
         return _print_json({"url": url, "api_keys": where, **({"new_api_key": new_key} if new_key else {})})
@@ -540,6 +597,69 @@ def eval_retrieval(
     out.print(t)
 
 
+# ---- submit ----------------------------------------------------------------------------------------------------
+def _submit(ctx: typer.Context, command: str, args: list[str], working_dir: Path | None, wait: bool,
+            submission_id: str | None) -> None:
+    from app import remote
+
+    c: Context = ctx.obj
+    url = remote.dashboard_url(c.address)
+    wd = (working_dir or remote.PROJECT_ROOT).resolve()
+    global_args = []
+    if c.storage_given:  # else the cluster's own RAGLINE_STORAGE applies
+        global_args += ["--storage", c.storage.uri]
+    if c.config_file:
+        cfg_path = Path(c.config_file).resolve()
+        if not cfg_path.is_relative_to(wd):
+            raise ValueError(f"config file {cfg_path} is outside the working directory {wd}: the job only sees "
+                             "what is uploaded")
+        global_args += ["--config", str(cfg_path.relative_to(wd))]
+    for override in c.overrides:
+        global_args += ["--set", override]
+    entrypoint = remote.job_command(command, args, global_args)
+    job_id = remote.submit(url, entrypoint, wd, submission_id)
+    err.print(f"submitted job [bold]{job_id}[/] to {url}: {entrypoint}\n(dashboard: {url}/#/jobs/{job_id})",
+              highlight=False)
+    if not wait:
+        out.print(job_id)
+        return
+    try:
+        final = remote.follow(url, job_id)
+    except KeyboardInterrupt:
+        raise typer.Exit(_fail(f"stopped following; job {job_id} keeps running (`ray job stop {job_id} "
+                               f"--address {url}` ends it)", 130)) from None
+    err.print(f"job {job_id} {final}")
+    if final != "SUCCEEDED":
+        raise typer.Exit(1)
+
+
+def _submit_command(command: str, doc: str) -> Any:
+    """`ragline submit <command> ARGS...`: ARGS are the local command's own (relative paths resolve in the
+    uploaded working directory)."""
+
+    def run(
+        ctx: typer.Context,
+        args: Annotated[list[str], typer.Argument(help="The local command's own arguments and options.",
+                                                  metavar="ARGS")],
+        working_dir: Annotated[Path | None, typer.Option(help="Uploaded as the job's working directory (its "
+                                                         ".gitignore honoured). [default: this Ragline checkout]")
+                               ] = None,
+        wait: Annotated[bool, typer.Option(help="Stream the job's logs and exit with its status.")] = True,
+        submission_id: Annotated[str | None, typer.Option(help="Job id. [default: generated]")] = None,
+    ) -> None:
+        _submit(ctx, command, args, working_dir, wait, submission_id)
+
+    run.__doc__ = doc
+    return run
+
+
+for _name, _doc in (("ingest", "`ragline ingest ARGS` as a Ray job (the driver runs the pipeline itself)."),
+                    ("train", "`ragline train sft|reranker ARGS` as a Ray job (the driver runs the TorchTrainer)."),
+                    ("eval", "`ragline eval retrieval ARGS` as a Ray job.")):
+    submit_app.command(_name, context_settings={"ignore_unknown_options": True}, no_args_is_help=True)(
+        _submit_command(_name, _doc))
+
+
 # ---- demo ------------------------------------------------------------------------------------------------------
 def write_demo_corpus(directory: Path) -> Path:
     """The Python language reference topics that ship with CPython (pydoc_data), one markdown file each."""
@@ -578,8 +698,15 @@ def demo(
 
 
 def main() -> None:
+    from ray.exceptions import RayError
+
     try:
         app()
+    except RayError as e:  # a task, actor or node of the run failed on the cluster (a node lost, say)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        sys.exit(_fail(f"the run failed on the cluster: {first}. Nothing half-done is published (a version "
+                       "appears only when its run completes; training resumes from its latest checkpoint): run the "
+                       "command again", 1))
     except ValueError as e:
         sys.exit(_fail(str(e), 2))
     except RuntimeError as e:  # IngestError and Ray start-up failures: the message says what to do

@@ -304,10 +304,13 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     return loaded
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> AppConfig:
-    """Read YAML (if given), apply dotted overrides, validate. Raises ValueError naming file and field."""
-    data: dict[str, Any] = read_yaml_mapping(path, "config file") if path else {}
-    source = str(path) if path else "defaults"
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                inline: dict[str, Any] | None = None) -> AppConfig:
+    """Read YAML (if given; or take its `inline` content), apply dotted overrides, validate. Raises ValueError
+    naming file and field."""
+    data: dict[str, Any] = dict(inline) if inline is not None else read_yaml_mapping(path, "config file") if path \
+        else {}
+    source = str(path) if path else "inline config" if inline is not None else "defaults"
     if overrides:
         data = merge(data, parse_overrides(overrides))
         source += " + overrides"

@@ -17,6 +17,11 @@ RAGLINE_API_KEYS: str = os.environ.get("RAGLINE_API_KEYS", "")
 RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
 #: Local cache for converted models. Default: ~/.cache/ragline
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
+#: Ray's auth token itself, or a file holding it (Ray reads the same two, then ~/.ray/auth_token).
+RAY_AUTH_TOKEN: str = os.environ.get("RAY_AUTH_TOKEN", "")
+RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+#: The dashboard of a local `ray start --head` (its default port).
+LOCAL_DASHBOARD = "http://127.0.0.1:8265"
 
 
 def storage_root() -> str:
@@ -34,3 +39,16 @@ def cache_dir() -> str:
 def secret(name: str) -> str:
     """A secret the config names by environment variable (for example the openai engine's API key)."""
     return os.environ.get(name, "")
+
+
+def ray_auth_token() -> str:
+    """Ray's cluster token, from where Ray looks for it; empty when there is none (auth off)."""
+    if RAY_AUTH_TOKEN:
+        return RAY_AUTH_TOKEN.strip()
+    path = os.path.expanduser(RAY_AUTH_TOKEN_PATH or "~/.ray/auth_token")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    if RAY_AUTH_TOKEN_PATH:
+        raise ValueError(f"RAY_AUTH_TOKEN_PATH names {path}, which does not exist")
+    return ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,14 +18,22 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     if address:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        except ConnectionError as e:  # unreachable, or refused for want of the cluster's token
+            raise RuntimeError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]} (a cluster "
+                               "with token authentication, Ray's default, needs RAY_AUTH_MODE=token here and its "
+                               "token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from e
         return
     try:
         ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError:
-        ray_bin = Path(sys.executable).parent / "ray"
+        bin_dir = Path(sys.executable).parent
+        ray_bin = bin_dir / "ray"
         cmd = [str(ray_bin) if ray_bin.exists() else "ray", "start", "--head", "--disable-usage-stats"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # jobs submitted to this Ray (`ragline submit`) run `python ...` from its PATH: make it this environment's
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"could not start a local Ray (`{' '.join(cmd)}`):\n{done.stderr[-2000:]}") from None
         ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import yaml
 
+from app.config import read_yaml_mapping
 from app.storage import Storage
 
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "serve_cpu.yaml"
@@ -21,9 +23,10 @@ APP_NAME = "ragline"
 
 def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
                       api_keys_file: str | None = None,
-                      deployment_options: dict[str, dict[str, Any]] | None = None) -> Any:
+                      deployment_options: dict[str, dict[str, Any]] | None = None, remote: bool = False) -> Any:
     """The validated `ServeDeploySchema` with Ragline's application args filled in; `deployment_options`
-    ({"Generator": {"max_queued_requests": 8}, ...}) are merged over the YAML's per-deployment settings."""
+    ({"Generator": {"max_queued_requests": 8}, ...}) are merged over the YAML's per-deployment settings.
+    `remote`: for another machine's cluster, so the Ragline config travels inline rather than as a local path."""
     from ray.serve.schema import ServeDeploySchema
 
     p = Path(path) if path else DEFAULT_SERVE_CONFIG
@@ -36,7 +39,9 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
         if app.get("import_path") == "deployments.graph:build_app":
             args = app.setdefault("args", {}) or {}
             args["storage"] = str(storage.local_path()) if storage.is_local else storage.uri
-            if config_file:
+            if config_file and remote:
+                args["config"] = read_yaml_mapping(config_file, "config file")
+            elif config_file:
                 args["config_file"] = str(Path(config_file).resolve())
             args["overrides"] = [*(args.get("overrides") or []), *overrides]
             if api_keys_file:
@@ -51,8 +56,9 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
         raise ValueError(f"Serve config {p} is invalid: {e}") from e
 
 
-def url_of(schema: Any) -> str:
-    host = schema.http_options.host
+def url_of(schema: Any, dashboard: str | None = None) -> str:
+    """The endpoint: on the cluster whose dashboard is given, that head's host; else the config's own host."""
+    host = urlparse(dashboard).hostname if dashboard else schema.http_options.host
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{schema.http_options.port}"
 
 

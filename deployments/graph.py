@@ -6,6 +6,7 @@
 
 # No `from __future__ import annotations`: Serve reads the builder's parameter annotation as a class.
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
@@ -30,6 +31,9 @@ class GraphArgs(BaseModel):
     storage: str | None = Field(default=None, description="Storage root. None: RAGLINE_STORAGE or ./.ragline.")
     config_file: str | None = Field(default=None, description="A Ragline YAML config (the `serve:` section "
                                     "configures the graph).")
+    config: dict[str, Any] | None = Field(default=None, description="A Ragline config given inline instead of "
+                                          "config_file (`ragline serve --address` sends it: the cluster may not "
+                                          "have the file).")
     overrides: list[str] = Field(default=[], description="Dotted KEY=VALUE overrides, e.g. "
                                  "serve.generator.max_new_tokens=64.")
     api_keys_file: str | None = Field(default=None, description="File of API keys. None: RAGLINE_API_KEYS, "
@@ -37,7 +41,7 @@ class GraphArgs(BaseModel):
 
 
 def build_app(args: GraphArgs) -> Application:
-    cfg = load_config(args.config_file or envs.RAGLINE_CONFIG or None, args.overrides)
+    cfg = load_config(args.config_file or envs.RAGLINE_CONFIG or None, args.overrides, inline=args.config)
     root = args.storage or cfg.storage or envs.storage_root()
     storage = Storage(root)
     # replicas run in other working directories: hand them an absolute root

@@ -165,7 +165,7 @@ def parquet_rows(storage: Storage, rel: str) -> int:
 def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage, chunk_files: list[str],
             wall: float) -> dict[str, Any]:
     rows_written = sum(parquet_rows(storage, f) for f in chunk_files)
-    stage_rows = snap["stages"]
+    stage_rows, stage_nodes = snap["stages"], snap["stage_nodes"]
     chunks = stage_rows.get("chunk", {}).get("rows_out", 0)
     embeddings = stage_rows.get("embed", {}).get("rows_out", 0)
     assert chunks == embeddings == rows_written, (chunks, embeddings, rows_written)
@@ -182,7 +182,8 @@ def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage,
         "near_duplicates": [d for d in snap["drops"] if d["reason"] == "near_duplicate"][:100],
         "stages": {name: {"rows_in": int(s["rows_in"]), "rows_out": int(s["rows_out"]),
                           "busy_s": round(s["seconds"], 3),
-                          "wall_s": round(s.get("last", s["first"]) - s["first"], 3)}
+                          "wall_s": round(s.get("last", s["first"]) - s["first"], 3),
+                          "rows_by_node": stage_nodes.get(name, {})}
                    for name, s in stage_rows.items()},
         "wall_s": round(wall, 3),
     }

@@ -61,9 +61,10 @@ class RunLedger:
         self.quarantined: list[dict[str, str]] = []
         self.kept: list[dict[str, Any]] = []
         self.stages: dict[str, dict[str, float]] = {}
+        self.stage_nodes: dict[str, dict[str, int]] = {}  # stage -> Ray node id -> rows it took in there
         self.started = time.time()
 
-    def stage(self, name: str, rows_in: int, rows_out: int, seconds: float) -> None:
+    def stage(self, name: str, rows_in: int, rows_out: int, seconds: float, node: str = "") -> None:
         now = time.time()
         s = self.stages.setdefault(name, {"rows_in": 0, "rows_out": 0, "seconds": 0.0, "first": now - seconds})
         s["first"] = min(s["first"], now - seconds)
@@ -71,6 +72,8 @@ class RunLedger:
         s["rows_out"] += rows_out
         s["seconds"] += seconds
         s["last"] = now
+        by_node = self.stage_nodes.setdefault(name, {})
+        by_node[node] = by_node.get(node, 0) + rows_in
 
     def files_read(self, n_files: int, n_docs: int, replaced_bytes: int, replaced_docs: int) -> None:
         self.files["read"] += n_files
@@ -125,6 +128,7 @@ class RunLedger:
             "files": dict(self.files), "documents_read": self.read, "kept": len(self.kept), "dropped": dropped,
             "replaced": dict(self.replaced), "quarantined": list(self.quarantined),
             "stages": {k: dict(v) for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
+            "stage_nodes": {k: dict(v) for k, v in self.stage_nodes.items()},
         }
         if full:
             out["drops"] = list(self.drops)
@@ -136,7 +140,8 @@ RunLedgerActor = ray.remote(num_cpus=0)(RunLedger)
 
 
 def _stage_done(ledger: Any, name: str, rows_in: int, rows_out: int, t0: float) -> None:
-    ray.get(ledger.stage.remote(name, rows_in, rows_out, time.perf_counter() - t0))
+    ray.get(ledger.stage.remote(name, rows_in, rows_out, time.perf_counter() - t0,
+                                ray.get_runtime_context().get_node_id()))
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:

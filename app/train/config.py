@@ -95,6 +95,10 @@ class TrainJobConfig(_Config):
     use_gpu: bool = Field(default=False, description="One GPU per worker and NCCL; False: CPU workers with gloo.")
     cpus_per_worker: float = Field(default=1.0, gt=0, description="CPUs each worker reserves (torch threads "
                                    "follow it).")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        default="PACK", description="How the workers' placement group lays them over nodes: PACK as few nodes as "
+        "fit (fastest collectives), SPREAD over as many as possible, STRICT_*: the same or the run waits. The "
+        "run record's worker_nodes says where they ran.")
     precision: Literal["auto", "bf16", "fp32"] = Field(default="auto", description="auto: bf16 autocast on GPUs "
                                                        "that support it, fp32 otherwise.")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,24 @@ class Prepared:
     counts: dict[str, Any] = field(default_factory=dict)  # {"records", "kept", "dropped": {reason: n}}
     pad_id: int = 0
     source: dict[str, Any] = field(default_factory=dict)  # what the data was, for the model's lineage
+
+
+def prepare(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    """The task's training rows, in the same order on every run: a stopped run that starts again skips exactly the
+    examples its checkpoint had consumed."""
+    with _ordered():
+        return prepare_sft(cfg, model_path) if cfg.task == "sft" else prepare_reranker(cfg, model_path, storage)
+
+
+@contextmanager
+def _ordered() -> Iterator[None]:
+    # Ray Data otherwise emits blocks as their tasks finish; datasets take the context they are made under
+    options = ray.data.DataContext.get_current().execution_options
+    before, options.preserve_order = options.preserve_order, True
+    try:
+        yield
+    finally:
+        options.preserve_order = before
 
 
 def _records(paths: list[str]) -> ray.data.Dataset:

@@ -65,6 +65,7 @@ def train_loop(config: dict[str, Any]) -> None:
         print(f"[rank {rank}] resumed at step {step} (epoch {epoch}, micro-batch {position})")
 
     start_step = step  # reported with every metric: where this attempt began (0, or a checkpoint's step)
+    nodes = _worker_nodes(world)  # reported too: the Ray node each rank runs on
     shard = ray.train.get_dataset_shard("train")
     pad_id = config["pad_id"]
     collate = (lambda b: collate_lm(b, pad_id)) if cfg.task == "sft" else (lambda b: collate_groups(b, pad_id))
@@ -96,6 +97,7 @@ def train_loop(config: dict[str, Any]) -> None:
             done = step >= config["total_steps"]
             report = metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device)
             report["attempt_start_step"] = start_step
+            report["worker_nodes"] = nodes
             window = metrics.Window()
             if step % cfg.checkpoint_every == 0 or done:
                 _save(strategy, report, rank, {"step": step, "epoch": epoch, "position": position})
@@ -120,6 +122,16 @@ def train_loop(config: dict[str, Any]) -> None:
             storage.upload_dir(Path(d), config["export_dir"])
     if dist.is_initialized():
         dist.barrier()
+
+
+def _worker_nodes(world: int) -> list[str]:
+    """Every rank's Ray node id, by rank (a collective: every rank calls it)."""
+    mine = ray.get_runtime_context().get_node_id()
+    if not dist.is_initialized():
+        return [mine]
+    nodes: list[str] = [""] * world
+    dist.all_gather_object(nodes, mine)
+    return nodes
 
 
 def _save(strategy: Any, report: dict[str, Any], rank: int, progress: dict[str, int]) -> None:

@@ -77,11 +77,11 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from app.train.data import prepare_reranker, prepare_sft
+    from app.train.data import prepare
     from app.train.loop import train_loop
 
     t0 = time.perf_counter()
-    prepared = prepare_sft(cfg, model_path) if cfg.task == "sft" else prepare_reranker(cfg, model_path, storage)
+    prepared = prepare(cfg, model_path, storage)
     per_worker = prepared.rows // cfg.num_workers  # streaming_split(equal=True) gives each worker this many rows
     steps_per_epoch = per_worker // cfg.batch_size // cfg.grad_accum
     if steps_per_epoch == 0:
@@ -107,7 +107,8 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
                            "total_steps": total_steps, "storage": storage.uri, "run_dir": f"train/{name}",
                            "export_dir": export_dir, "mlflow": record["mlflow"]},
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
-                                               resources_per_worker={"CPU": cfg.cpus_per_worker}),
+                                               resources_per_worker={"CPU": cfg.cpus_per_worker},
+                                               placement_strategy=cfg.placement_strategy),
         run_config=ray.train.RunConfig(
             name=name, storage_path=train_root,
             failure_config=ray.train.FailureConfig(max_failures=cfg.max_failures),
@@ -120,9 +121,11 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
     result = trainer.fit()
     train_s = time.perf_counter() - t1
     metrics = dict(result.metrics or {})
+    worker_nodes = metrics.pop("worker_nodes", None)  # Ray node id of each rank (of the last attempt)
     version = register(storage, cfg, name, export_dir, metrics, prepared.counts, prepared.source)
     tracking.finish(uri, mlflow_id, {"ragline.model": cfg.catalog_name, "ragline.model_version": str(version)})
-    record.update(state="succeeded", finished_at=now_iso(), metrics=metrics, train_s=round(train_s, 1),
+    record.update(state="succeeded", finished_at=now_iso(), metrics=metrics, worker_nodes=worker_nodes,
+                  train_s=round(train_s, 1),
                   checkpoint=result.checkpoint.path if result.checkpoint else None,
                   model={"name": cfg.catalog_name, "version": version})
     save_record(storage, record)

@@ -34,6 +34,8 @@ def test_sft_on_gpus_in_bf16(gpu_ray, tmp_path, strategy):
     record = run_training(cfg, Storage(str(tmp_path / "store")))
     assert record["state"] == "succeeded"
     losses = history(record, "loss")
+    print(f"\n[gpu {'/'.join(str(v) for v in strategy.values())}] losses={[round(v, 4) for _, v in losses]} "
+          f"metrics={record['metrics']} train_s={record.get('train_s')}")
     assert losses[-1][1] < losses[0][1]
     assert record["metrics"]["mfu"] > 0  # the device's peak is known for data-centre GPUs
 

@@ -12,6 +12,8 @@ import ray
 from app.config import AppConfig, load_config
 from app.raycluster import NAMESPACE
 
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"  # 41 instruction records
 PLANTED = ("The great zebra migration crosses the Mara river every July, when hundreds of thousands of zebras "
            "and wildebeest leave the Serengeti for fresh grazing in the Maasai Mara.")
 
@@ -72,3 +74,24 @@ def corpus(tmp_path) -> tuple[Path, dict[str, int]]:
 def cfg() -> AppConfig:
     # the corpus has 1 corrupt file of 7: allow it
     return load_config(None, ["ingest.read.max_error_fraction=0.5"])
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory) -> str:
+    """A two-layer Llama with SmolLM2's tokenizer and chat template: the strategies are under test, not the model."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from app import envs
+    from app.models import generator
+
+    tokenizer = AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
+    path = tmp_path_factory.mktemp("tiny-lm")
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

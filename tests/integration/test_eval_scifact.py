@@ -45,6 +45,7 @@ def test_scifact_dev_retrieval_quality(ray_cluster, scifact_root):
     assert modes["hybrid"]["ndcg@10"] >= max(modes["dense"]["ndcg@10"], modes["lexical"]["ndcg@10"]) - 0.02
 
 
+@pytest.mark.timeout(3600)  # training ≈16 min and the reranked evaluation ≈8 min on 2 cores, more on a busy one
 def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_root):
     """Hard negatives mined from the SciFact index (BM25 + dense top-30 minus the positives), a cross-encoder
     fine-tuned from MiniLM by a two-worker DDP job, promoted, then dense and hybrid top-20 reranked."""

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from app.catalog import Catalog
 from app.storage import Storage
@@ -19,29 +18,9 @@ from app.train import tracking
 from app.train.config import TrainJobConfig, load_job_config
 from app.train.run import load_records, run_training
 
+from .conftest import ROOT, SAMPLE
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory) -> str:
-    """A two-layer Llama with SmolLM2's tokenizer and chat template: the strategies are under test, not the model."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from app import envs
-    from app.models import generator
-
-    tokenizer = AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
-    path = tmp_path_factory.mktemp("tiny-lm")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
 
 
 def job(tiny_lm: str, **fields) -> TrainJobConfig:
@@ -159,6 +138,7 @@ def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_
     (["batch_size=0"], "batch_size"),
     (["name=../escape"], "name"),
     (["lr=-1"], "lr"),
+    (["placement_strategy=spread"], "placement_strategy"),
 ])
 def test_cli_rejects_a_bad_job_config_before_starting_anything(tmp_path, overrides, expected):
     """A bad field or a model that does not exist: exit 2 and one line naming it, before Ray is touched."""

@@ -51,3 +51,21 @@ def test_bad_overrides():
         parse_overrides(["ingest.chunk.chunk_tokens"])
     with pytest.raises(ValueError, match="is not a section"):
         parse_overrides(["a=1", "a.b=2"])
+
+
+def test_serve_config_for_another_machine_carries_the_config_inline(tmp_path):
+    """`ragline serve --address http://…` cannot hand the cluster a local path: the config travels in `args`."""
+    from app.serving import load_serve_config
+    from app.storage import Storage
+
+    f = tmp_path / "c.yaml"
+    f.write_text("search:\n  top_k: 3\n")
+    local = load_serve_config(None, Storage(str(tmp_path / "s")), str(f), ["search.mode=dense"])
+    remote = load_serve_config(None, Storage(str(tmp_path / "shared")), str(f), ["search.mode=dense"], remote=True)
+    assert local.applications[0].args["config_file"] == str(f)
+    args = remote.applications[0].args
+    assert args["config"] == {"search": {"top_k": 3}} and args["config_file"] is None
+    cfg = load_config(None, args["overrides"], inline=args["config"])
+    assert (cfg.search.top_k, cfg.search.mode) == (3, "dense")
+    with pytest.raises(ValueError, match=r"(?s)inline config.*top_kk"):
+        load_config(None, [], inline={"search": {"top_kk": 3}})

@@ -103,6 +103,15 @@ def test_job_config_rejects(fields, message):
         TrainJobConfig.model_validate({"task": "sft", "sft": {"paths": ["x.jsonl"]}} | fields)
 
 
+def test_placement_strategy_is_one_of_rays():
+    assert TrainJobConfig.model_validate({"task": "sft", "sft": {"paths": ["x.jsonl"]}}).placement_strategy == "PACK"
+    cfg = load_job_config(None, "sft", ["sft.paths=[x.jsonl]", "placement_strategy=STRICT_SPREAD"])
+    assert cfg.placement_strategy == "STRICT_SPREAD"
+    with pytest.raises(ValueError) as e:
+        load_job_config(None, "sft", ["sft.paths=[x.jsonl]", "placement_strategy=spread"])
+    assert "placement_strategy" in str(e.value) and "'SPREAD'" in str(e.value) and "'STRICT_SPREAD'" in str(e.value)
+
+
 def test_job_file_errors_name_the_file(tmp_path):
     p = tmp_path / "job.yaml"
     p.write_text("task: sft\nsft: {paths: [a.jsonl]}\nstrategy: fdsp\n")

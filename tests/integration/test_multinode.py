@@ -1,0 +1,298 @@
+"""Three Ray nodes on one machine (`ray.cluster_utils.Cluster`: a head with no CPUs and two 1-CPU workers), driven
+through the `ragline` CLI as a user would: ingest spreads its embedding actors over both workers, a two-worker
+training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a worker node killed in the
+middle of an ingest leaves either no version or a complete one, and a re-run publishes every document once.
+
+What the kill does depends on what the node held. With only an embedding actor there, Ray restarts the actor on
+the new node, retries its block and the run publishes a complete version. With blocks from the fused read→chunk
+task there, Ray re-runs that task to rebuild them, but its dedup decisions come from the run's ledger, which has
+seen those documents already: the replay drops them as duplicates of themselves, yields fewer blocks, Ray aborts
+the dataset (StreamingGeneratorReplayInconsistentError) and nothing is published. Both happen here; both pass.
+
+The cluster runs in a process of its own with a private RAY_TMPDIR: `Cluster` writes (and on shutdown deletes) the
+machine's "current cluster" address file, which `ray.init("auto")` of everyone else on this machine reads, and it
+would share Ray's process-global state with the session's `ray_cluster` if it lived in the pytest process."""
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.catalog import Catalog
+from app.index.build import load_chunks
+from app.storage import Storage
+
+from .conftest import PLANTED, SAMPLE, topic_text
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+RAGLINE = str(Path(sys.executable).parent / "ragline")
+
+HOST = r"""
+import json, sys, traceback
+from ray.cluster_utils import Cluster
+
+# The head takes no work (no CPUs): every task and actor that needs a CPU lands on a worker node.
+cluster = Cluster(initialize_head=True, connect=False, head_node_args={"num_cpus": 0, "include_dashboard": False})
+nodes = {}
+
+def add():
+    node = cluster.add_node(num_cpus=1)
+    nodes[node.node_id] = node
+    return node.node_id
+
+def kill(node_id):
+    cluster.remove_node(nodes.pop(node_id), allow_graceful=False)
+    # until the GCS has missed enough heartbeats to call the node dead, it still places actors there
+    cluster.wait_for_nodes(timeout=120)
+    return node_id
+
+try:
+    print(json.dumps({"address": cluster.address, "head": cluster.head_node.node_id, "workers": [add(), add()]}),
+          flush=True)
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        try:
+            reply = {"killed": kill(args[0])} if cmd == "kill" else {"added": add()}
+        except Exception:
+            reply = {"error": traceback.format_exc()}
+        print(json.dumps(reply), flush=True)
+finally:
+    cluster.shutdown()
+"""
+
+
+class ClusterHost:
+    """The Cluster's process: its stdin takes `kill NODE_ID` and `add`, its stdout answers one JSON line each."""
+
+    def __init__(self, tmp: Path):
+        self.env = {**os.environ, "RAY_TMPDIR": str(tmp)}
+        self.env.pop("RAY_ADDRESS", None)
+        self.err = tmp / "host.err"
+        with self.err.open("w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-c", HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, text=True, env=self.env, start_new_session=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout or []],
+                         daemon=True).start()
+        try:
+            first = self._reply(180)
+        except ClusterError:
+            self.kill_all()
+            raise
+        self.address: str = first["address"]
+        self.head: str = first["head"]
+        self.workers: list[str] = first["workers"]
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                reply = dict(json.loads(self.lines.get(timeout=1)))
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    raise ClusterError(f"the cluster process exited: {self.err.read_text()[-3000:]}") from None
+                continue
+            if "error" in reply:
+                raise ClusterError(reply["error"])
+            return reply
+        raise ClusterError(f"the cluster process did not answer in {timeout}s: {self.err.read_text()[-3000:]}")
+
+    def _send(self, line: str, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self._reply(timeout)
+
+    def kill(self, node_id: str) -> None:
+        """Every process of the node SIGKILLed at once, as when a machine drops off the network; returns once the
+        cluster has noticed."""
+        self._send(f"kill {node_id}", 180)
+        self.workers.remove(node_id)
+
+    def add(self) -> str:
+        node_id = str(self._send("add", 120)["added"])
+        self.workers.append(node_id)
+        return node_id
+
+    def shutdown(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()  # the host's loop ends and it shuts the cluster down
+            self.proc.wait(timeout=120)
+        except (subprocess.TimeoutExpired, BrokenPipeError):
+            self.kill_all()
+
+    def kill_all(self) -> None:
+        """The host and every Ray process it started (they share its process group)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def ragline(self, store: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        cmd = [RAGLINE, "--storage", str(store), "--address", self.address, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env)
+
+    def ragline_bg(self, store: Path, *args: str) -> subprocess.Popen:
+        cmd = [RAGLINE, "--storage", str(store), "--address", self.address, *args]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+                                start_new_session=True)
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Started twice at most: on a loaded machine a raylet can miss Ray's fixed 30 s start-up deadline."""
+    for attempt in (1, 2):
+        tmp = Path(tempfile.mkdtemp(prefix="rl-mn-", dir="/tmp"))  # short: Ray's unix sockets live under it
+        host = None
+        try:
+            host = ClusterHost(tmp)
+        except ClusterError:
+            if attempt == 2:
+                raise
+            continue
+        finally:
+            if host is None:
+                shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            yield host
+        finally:
+            host.shutdown()
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+
+
+def corpus(d: Path, n: int) -> Path:
+    """n distinct one-chunk documents and the planted zebra one, in one jsonl file.
+
+    Ray Data hands the embedding actors whole blocks of up to 512 KiB, and a corpus fills several only past a MB or
+    so. So every record carries ~5 KB of metadata (kept in each chunk row, never embedded): 500 short documents
+    make about eight blocks, enough for every actor to get some, while costing seconds to embed."""
+    d.mkdir(parents=True)
+    with (d / "docs.jsonl").open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"doc{i}", "text": topic_text(i, words=12), "notes": f"note{i} " * 700})
+                    + "\n")
+        f.write(json.dumps({"id": "zebra", "title": "Zebra migration", "text": PLANTED}) + "\n")
+    return d
+
+
+# Small embedding batches: each block is embedded in several forward passes, as with real chunk lengths.
+INGEST = ("--set", "ingest.embed.batch_size=32")
+N_DOCS = 500
+
+
+def ingest_json(done: subprocess.CompletedProcess) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+def test_ingest_spreads_embedding_actors_over_both_workers(cluster, tmp_path):
+    n = N_DOCS
+    report = ingest_json(cluster.ragline(tmp_path / "store", *INGEST, "ingest", str(corpus(tmp_path / "c", n)),
+                                         "--in-process", "--json"))
+    assert report["documents"]["kept"] == n + 1 and report["reconciled"]
+    stages = report["stages"]
+    embed = stages["embed"]["rows_by_node"]
+    # one actor per worker node (the pool is sized to the 2 free CPUs), and each embedded a share of the chunks
+    assert set(embed) == set(cluster.workers), (embed, cluster.workers)
+    assert all(rows > 0 for rows in embed.values()) and sum(embed.values()) == report["chunks"]
+    for name, s in stages.items():  # the head has no CPUs: no stage ran there
+        assert cluster.head not in s["rows_by_node"], name
+
+
+def test_strict_spread_puts_each_training_worker_on_its_own_node(cluster, tmp_path, tiny_lm):
+    """Half a CPU each: both workers fit on one 1-CPU node, where PACK (the default) puts them; STRICT_SPREAD must
+    use two. The run record says where every rank ran."""
+    done = cluster.ragline(
+        tmp_path / "store", "train", "sft", "--in-process", "--json", "--set", f"model={tiny_lm}",
+        "--set", f"sft.paths=[{SAMPLE}]", "--set", "sft.max_length=128", "--set", "num_workers=2",
+        "--set", "cpus_per_worker=0.5", "--set", "placement_strategy=STRICT_SPREAD", "--set", "batch_size=4",
+        "--set", "max_steps=2", "--set", "checkpoint_every=2", "--set", "name=spread", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(done.stdout)
+    assert record["state"] == "succeeded" and record["metrics"]["step"] == 2
+    nodes = record["worker_nodes"]  # by rank
+    assert len(nodes) == 2 and len(set(nodes)) == 2 and set(nodes) <= set(cluster.workers), (nodes, cluster.workers)
+
+
+def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := pred():
+            return got
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-3000:]}"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def assert_complete(storage: Storage, doc_ids: set[str]) -> None:
+    """The latest dataset version holds each document once, with unique chunk ids, and verifies."""
+    catalog = Catalog(storage)
+    m = catalog.latest("datasets")
+    assert m is not None and m.counts["documents"] == len(doc_ids)
+    table = load_chunks(storage, m)
+    ids = table.column("chunk_id").to_pylist()
+    assert len(ids) == len(set(ids)) == m.counts["chunks"]
+    assert set(table.column("doc_id").to_pylist()) == doc_ids
+    assert catalog.verify(m) == []
+
+
+@pytest.mark.timeout(1200)
+def test_a_worker_node_killed_mid_ingest_leaves_no_partial_version(cluster, tmp_path):
+    """Runs last: it replaces one of the cluster's worker nodes."""
+    n = N_DOCS
+    data = corpus(tmp_path / "c", n)
+    store = tmp_path / "store"
+    args = (*INGEST, "ingest", str(data), "--in-process", "--json")
+    proc = cluster.ragline_bg(store, *args)
+    try:
+        # Shards appear as embedded blocks are written: the run is embedding, with most of the corpus still to go.
+        segments = store / "datasets" / "segments"
+        wait_for(lambda: list(segments.glob("*/*.parquet")), 240, "the first embedded shard", proc)
+        assert proc.poll() is None, "the run finished before a node could be killed"
+        victim = cluster.workers[0]
+        cluster.kill(victim)
+        cluster.add()  # a replacement, as an autoscaler would start: the run may carry on there, or fail
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    storage = Storage(str(store))
+    catalog = Catalog(storage)
+    doc_ids = {f"doc{i}" for i in range(n)} | {"zebra"}
+    if proc.returncode == 0:  # Ray Data recovered the lost work: the version it published is complete
+        first = json.loads(out)
+        assert first["reconciled"] and first["documents"]["kept"] == n + 1, first["documents"]
+        assert_complete(storage, doc_ids)
+    else:  # the run failed: it published nothing
+        assert catalog.versions("datasets") == [] and catalog.versions("indexes") == [], err[-3000:]
+    errors = [line for line in err.splitlines() if "Error" in line or "error:" in line]
+    print(f"run with a killed node: exit {proc.returncode}; {errors[-1:]}")
+
+    # The re-run (on the surviving and the new node) leaves one complete version: every document exactly once.
+    again = ingest_json(cluster.ragline(store, *args))
+    docs = again["documents"]
+    assert again["reconciled"] and docs["read"] == docs["kept"] + sum(docs["dropped"].values())
+    if proc.returncode == 0:  # everything was published: all of it is an exact duplicate now
+        assert docs["kept"] == 0 and docs["dropped"]["exact_duplicate"] == n + 1
+    else:
+        assert docs["kept"] == n + 1 and sum(docs["dropped"].values()) == 0 and again["dataset_version"] == 1
+    assert_complete(storage, doc_ids)
+    found = cluster.ragline(store, "search", "When do zebras cross the Mara river?", "-k", "3", "--json")
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert json.loads(found.stdout)["hits"][0]["doc_id"] == "zebra"
