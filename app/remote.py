@@ -70,15 +70,14 @@ def job_command(command: str, args: list[str], global_args: list[str]) -> str:
     return shlex.join(["python", "-m", "app.cli", *global_args, command, *args, *IN_PROCESS[command]])
 
 
-def submit(url: str, entrypoint: str, working_dir: Path, submission_id: str | None = None,
-           env_vars: dict[str, str] | None = None) -> str:
+def submit(url: str, entrypoint: str, working_dir: Path, submission_id: str | None = None) -> str:
     if not (working_dir / "app" / "cli.py").is_file():
         raise ValueError(f"working directory {working_dir} is not a Ragline checkout (no app/cli.py): the job runs "
                          "the code it uploads")
     # Ray logs every .gitignore it honours at INFO; keep the submit output to what the user needs
     logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
     runtime_env = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES,
-                   "env_vars": {"PYTHONUNBUFFERED": "1", **(env_vars or {})}}
+                   "env_vars": {"PYTHONUNBUFFERED": "1"}}  # logs stream as they are printed
     return str(_client("jobs", url).submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
                                            submission_id=submission_id))
 
