@@ -703,7 +703,7 @@ def main() -> None:
     try:
         app()
     except RayError as e:  # a task, actor or node of the run failed on the cluster (a node lost, say)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
         sys.exit(_fail(f"the run failed on the cluster: {first}. Nothing half-done is published (a version "
                        "appears only when its run completes; training resumes from its latest checkpoint): run the "
                        "command again", 1))

@@ -308,9 +308,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 inline: dict[str, Any] | None = None) -> AppConfig:
     """Read YAML (if given; or take its `inline` content), apply dotted overrides, validate. Raises ValueError
     naming file and field."""
-    data: dict[str, Any] = dict(inline) if inline is not None else read_yaml_mapping(path, "config file") if path \
-        else {}
-    source = str(path) if path else "inline config" if inline is not None else "defaults"
+    if inline is not None:
+        data, source = dict(inline), "inline config"
+    elif path:
+        data, source = read_yaml_mapping(path, "config file"), str(path)
+    else:
+        data, source = {}, "defaults"
     if overrides:
         data = merge(data, parse_overrides(overrides))
         source += " + overrides"
