@@ -572,7 +572,10 @@ def eval_retrieval(
     ctx: typer.Context,
     dataset: Annotated[Path, typer.Option(help="BEIR-style directory: corpus.jsonl, queries.jsonl, qrels/.")],
     split: Annotated[str, typer.Option(help="qrels split.")] = "dev",
-    rerank: Annotated[bool, typer.Option(help="Also rerank each mode's top chunks with the reranker.")] = False,
+    rerank: Annotated[bool, typer.Option(help="Also rerank each mode's top chunks: <mode>+rerank as the serving "
+                                         "graph does (the cross-encoder fused with the retriever's order, "
+                                         "serve.reranker.retriever_weight), <mode>+ce by the cross-encoder "
+                                         "alone.")] = False,
     reranker: Annotated[str, typer.Option(help="CrossEncoder for --rerank: catalog:NAME[:VERSION], a directory "
                                           "or a hub id.")] = "catalog:reranker",
     rerank_top: Annotated[int, typer.Option(help="Chunks reranked per query.")] = 50,

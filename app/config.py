@@ -170,6 +170,12 @@ class RerankerConfig(_Config):
                                    "for a newly promoted version.")
     candidates: int = Field(default=20, ge=1, le=1000, description="Retrieved chunks the reranker scores.")
     max_length: int = Field(default=256, ge=16, description="Tokens of (question, passage) the cross-encoder reads.")
+    retriever_weight: float = Field(
+        default=1.0, ge=0, description="RRF weight of the retriever's order, fused with the cross-encoder's (weight "
+        "1), for retrieved candidates (the RAG graph, `eval retrieval --rerank`; not /v1/rerank, whose documents "
+        "have no retrieval order). 0: the cross-encoder's order alone."
+    )
+    rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant for retriever_weight.")
     max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")
     batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch.")
 

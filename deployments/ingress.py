@@ -55,7 +55,8 @@ class Backends(Protocol):
 
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> dict[str, Any]: ...
 
-    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int) -> dict[str, Any]: ...
+    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int,
+                     retrieved: bool = False) -> dict[str, Any]: ...
 
     def stream(self, question: str, passages: list[dict[str, Any]], **kwargs: Any) -> AsyncIterator[dict[str, Any]]: ...
 
@@ -73,8 +74,9 @@ class HandleBackends:
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> dict[str, Any]:
         return await self.retriever.retrieve.remote(query, mode, k, sources)
 
-    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int) -> dict[str, Any]:
-        return await self.reranker.rerank.remote(query, passages, top_n)
+    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int,
+                     retrieved: bool = False) -> dict[str, Any]:
+        return await self.reranker.rerank.remote(query, passages, top_n, retrieved)
 
     async def stream(self, question: str, passages: list[dict[str, Any]],
                      **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
@@ -189,7 +191,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
         """Retrieve candidates, rerank them to `top_k` passages."""
         k = max(top_k, cfg.reranker.candidates) if cfg.reranker.model else top_k
         found = await stage("retrieve", timings, backends.retrieve(question, mode, k, sources))
-        ranked = await stage("rerank", timings, backends.rerank(question, found["hits"], top_k))
+        ranked = await stage("rerank", timings, backends.rerank(question, found["hits"], top_k, retrieved=True))
         return found, ranked
 
     def meta(found: dict[str, Any], ranked: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:

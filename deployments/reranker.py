@@ -3,8 +3,10 @@ concurrent requests.
 
 The model is `catalog:NAME` (default `catalog:reranker`: the promoted version of Ragline's own trained reranker,
 followed as promotions change, swapped in without restarting anything), `catalog:NAME:VERSION`, a directory or a
-hub id. With no model (none configured, or none promoted yet) the retriever's order passes through and the
-stage says `reranker: none`; it never invents scores.
+hub id. Retrieved candidates come back in the cross-encoder's order fused with the retriever's by RRF (on
+SciFact the fusion beats either order alone; `retriever_weight: 0` turns it off). With no model (none configured,
+or none promoted yet) the retriever's order passes through and the stage says `reranker: none`; it never invents
+scores.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from ray import serve
 
+from app.index.fusion import rerank_order
 from app.models import embedder, trained
 from app.train.reranker_data import passage
 from deployments.settings import Settings
@@ -75,13 +78,16 @@ class Reranker:
             start += len(texts)
         return out
 
-    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int) -> dict[str, Any]:
+    async def rerank(self, query: str, passages: list[dict[str, Any]], top_n: int,
+                     retrieved: bool = False) -> dict[str, Any]:
         """`passages` carry at least "text" (and "title" when they come from the index); returned best first with
-        "rerank_score" (absent without a model)."""
+        "rerank_score", the cross-encoder's (absent without a model). `retrieved`: the passages are in the
+        retriever's order, which is fused with the cross-encoder's (`retriever_weight`); otherwise the
+        cross-encoder's order alone."""
         if self.current[0] is None or not passages:
             return {"reranker": self.current[1], "passages": passages[:top_n]}
         label, scores = await self._score((query, [passage(p) for p in passages]))
-        order = sorted(range(len(passages)), key=lambda i: -scores[i])[:top_n]
+        order = rerank_order(scores, self.cfg.retriever_weight if retrieved else 0.0, self.cfg.rrf_k)[:top_n]
         return {"reranker": label, "passages": [{**passages[i], "rerank_score": scores[i]} for i in order]}
 
     def ready(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from app.catalog import Catalog
 from app.config import AppConfig
 from app.eval.beir import load_beir
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
+from app.index.fusion import rerank_order
 from app.storage import Storage
 
 MODES = ("dense", "lexical", "hybrid")
@@ -49,7 +50,9 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     The corpus goes into `{storage_root}/eval/{dataset name}`, never the user's own storage root. Each mode
     retrieves 3·k_recall chunks per query (several chunks may come from one document), collapsed to
     documents. With `reranker` (a CrossEncoder directory, hub id, or `catalog:NAME[:VERSION]` in the user's
-    storage root) each mode's top `rerank_top` chunks are also reranked: modes "<mode>+rerank"."""
+    storage root) each mode's top `rerank_top` chunks are also reranked: "<mode>+rerank" as the serving graph
+    does (the cross-encoder's order fused with the retriever's, `cfg.serve.reranker.retriever_weight`) and
+    "<mode>+ce" by the cross-encoder's scores alone."""
     from app.index.search import Index, Searcher
 
     dataset_dir = Path(dataset_dir)
@@ -69,7 +72,9 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     vectors = searcher.embed([queries[q] for q in qids])
     n_chunks = 3 * max(k_recall, k_ndcg)
     per_mode: dict[str, dict[str, list[float]]] = {m: {"ndcg": [], "recall": []} for m in modes}
-    reranked: dict[str, list[float]] = {f"{m}+rerank": [] for m in modes} if scorer else {}
+    rr = cfg.serve.reranker
+    orders = {"rerank": rr.retriever_weight, "ce": 0.0}  # name → weight of the retriever's order
+    reranked: dict[str, list[float]] = {f"{m}+{o}": [] for m in modes for o in orders} if scorer else {}
     for qid, vec in tqdm(list(zip(qids, vectors, strict=True)), desc=f"eval {dataset_dir.name}/{split}",
                          unit="query", disable=not progress):
         tops = {}
@@ -83,9 +88,10 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
             # score each distinct chunk once, however many modes retrieved it
             scores = scorer.score(queries[qid], {h.chunk_id: h for hs in tops.values() for h in hs})
             for mode, hits in tops.items():
-                order = sorted(hits, key=lambda h: -scores[h.chunk_id])
-                reranked[f"{mode}+rerank"].append(ndcg_at_k(collapse_to_docs([h.doc_id for h in order]),
-                                                            qrels[qid], k_ndcg))
+                for name, weight in orders.items():
+                    order = rerank_order([scores[h.chunk_id] for h in hits], weight, rr.rrf_k)
+                    reranked[f"{mode}+{name}"].append(ndcg_at_k(collapse_to_docs([hits[i].doc_id for i in order]),
+                                                                qrels[qid], k_ndcg))
     return {
         "dataset": dataset_dir.name,
         "split": split,
@@ -95,7 +101,8 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
         "modes": {m: {f"ndcg@{k_ndcg}": round(mean(v["ndcg"]), 4),
                       f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()}
         | {m: {f"ndcg@{k_ndcg}": round(mean(v), 4)} for m, v in reranked.items()},
-        **({"reranker": scorer.name, "rerank_top": rerank_top} if scorer else {}),
+        **({"reranker": scorer.name, "rerank_top": rerank_top, "retriever_weight": rr.retriever_weight}
+           if scorer else {}),
     }
 
 

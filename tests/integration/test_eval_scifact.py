@@ -45,10 +45,11 @@ def test_scifact_dev_retrieval_quality(ray_cluster, scifact_root):
     assert modes["hybrid"]["ndcg@10"] >= max(modes["dense"]["ndcg@10"], modes["lexical"]["ndcg@10"]) - 0.02
 
 
-@pytest.mark.timeout(3600)  # training ≈16 min and the reranked evaluation ≈8 min on 2 cores, more on a busy one
+@pytest.mark.timeout(3600)  # training ≈16 min and the top-50 reranked evaluation ≈14 min on 2 cores
 def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_root):
     """Hard negatives mined from the SciFact index (BM25 + dense top-30 minus the positives), a cross-encoder
-    fine-tuned from MiniLM by a two-worker DDP job, promoted, then dense and hybrid top-20 reranked."""
+    fine-tuned from MiniLM by a two-worker DDP job, promoted, then each mode's top 50 reranked as the serving graph
+    does (the cross-encoder's order fused with the retriever's)."""
     dataset = shared_dataset("scifact")
     run = ragline(scifact_root, ray_cluster, "train", "reranker", "--in-process", "--config",
                   str(ROOT / "deployments" / "jobs" / "reranker.yaml"), "--set", f"reranker.beir_dir={dataset}",
@@ -57,15 +58,11 @@ def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_
     assert run["counts"]["kept"] + sum(run["counts"]["dropped"].values()) == run["counts"]["records"]
     ragline(scifact_root, ray_cluster, "models", "promote", "reranker", str(run["model"]["version"]))
     result = ragline(scifact_root, ray_cluster, "eval", "retrieval", "--dataset", str(dataset), "--split", "dev",
-                     "--rerank", "--rerank-top", "20")
+                     "--rerank", "--rerank-top", "50")
     (RESULTS / "scifact-dev-rerank.json").write_text(json.dumps({"train": run["metrics"], **result}, indent=2))
     modes = result["modes"]
-    assert result["reranker"] == f"reranker:v{run['model']['version']}"
-    # The requirement (issue 4, still open) holds in some runs and not others, same job and data: hybrid 0.685 →
-    # 0.690 and dense 0.666 → 0.667 in one; hybrid → 0.671 and dense → 0.646 in the next. Until the reranker's gain
-    # clears the noise, a miss is reported as a known failure with the numbers, not hidden: everything above
-    # (training, promotion, the reranked evaluation) must still work.
-    raised = (modes["hybrid+rerank"]["ndcg@10"] > modes["hybrid"]["ndcg@10"]
-              and modes["dense+rerank"]["ndcg@10"] > modes["dense"]["ndcg@10"] - 0.005)
-    if not raised:
-        pytest.xfail(f"known failure (issue 4 open): the reranker did not raise dev nDCG@10: {modes}")
+    assert result["reranker"] == f"reranker:v{run['model']['version']}" and result["retriever_weight"] == 1.0
+    for mode in ("dense", "lexical", "hybrid"):
+        assert modes[f"{mode}+rerank"]["ndcg@10"] > modes[mode]["ndcg@10"], (mode, modes)
+        # the cross-encoder alone has learned the task too, not only the fusion (0.64-0.65 measured at top 50)
+        assert modes[f"{mode}+ce"]["ndcg@10"] > 0.55, (mode, modes)

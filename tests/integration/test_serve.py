@@ -16,6 +16,7 @@ from ray import serve
 
 from app import apikeys, serving
 from app.config import load_config
+from app.index.fusion import rerank_order
 from app.ingest.pipeline import run_ingest
 from app.storage import Storage
 
@@ -200,6 +201,15 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
         assert time.time() < deadline, body
         time.sleep(0.5)
     assert all(isinstance(x["relevance_score"], float) for x in body["results"])
+    # retrieved candidates come back in the cross-encoder's order fused with the retriever's (their given order)
+    handle = serve.get_deployment_handle("Reranker", serving.APP_NAME)
+    given = [{"text": t} for t in (OKAPI, PLANTED, "Lions nap in the afternoon heat.", QUESTION)]
+    alone = handle.rerank.remote(QUESTION, given, 4).result()["passages"]
+    fused = handle.rerank.remote(QUESTION, given, 4, True).result()["passages"]
+    scores = {p["text"]: p["rerank_score"] for p in alone}
+    assert [p["rerank_score"] for p in alone] == sorted(scores.values(), reverse=True)
+    order = rerank_order([scores[p["text"]] for p in given], 1.0, 60)
+    assert [p["text"] for p in fused] == [given[i]["text"] for i in order]
     r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8}, headers=auth(served),
                    timeout=120)
     assert r.status_code == 200 and r.json()["models"]["reranker"] == "reranker:v1", r.text

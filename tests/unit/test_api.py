@@ -28,6 +28,7 @@ class FakeStages:
         self.fail: dict[str, BaseException] = {}
         self.slow = 0.0
         self.calls: list[str] = []
+        self.retrieved: list[bool] = []  # per rerank call: were the passages in the retriever's order
 
     def _maybe_fail(self, stage: str) -> None:
         self.calls.append(stage)
@@ -38,8 +39,9 @@ class FakeStages:
         self._maybe_fail("retrieve")
         return {"index_version": 3, "mode": mode or "hybrid", "hits": [HIT, HIT2][:k], "timings_ms": {"embed": 1.0}}
 
-    async def rerank(self, query, passages, top_n):
+    async def rerank(self, query, passages, top_n, retrieved=False):
         self._maybe_fail("rerank")
+        self.retrieved.append(retrieved)
         return {"reranker": "none", "passages": passages[:top_n]}
 
     async def stream(self, question, passages, **kwargs):
@@ -84,7 +86,7 @@ def error(r, status, kind):
     return body["error"]
 
 
-def test_query_answers_with_citations_and_timings(client):
+def test_query_answers_with_citations_and_timings(client, stages):
     r = client.post("/v1/query", json={"question": "When do zebras cross?"}, headers=AUTH)
     assert r.status_code == 200
     body = r.json()
@@ -95,6 +97,7 @@ def test_query_answers_with_citations_and_timings(client):
     assert body["index_version"] == 3 and body["models"]["reranker"] == "none"
     assert {"retrieve", "rerank", "generate", "total"} <= set(body["timings_ms"])
     assert body["usage"] == {"prompt_tokens": 40, "completion_tokens": 5}
+    assert stages.retrieved == [True]  # retrieved candidates: the reranker may fuse the retriever's order
 
 
 def sse_events(text):
@@ -141,7 +144,7 @@ def test_chat_completions_openai_shapes(client):
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
 
 
-def test_models_embeddings_retrieve_rerank(client):
+def test_models_embeddings_retrieve_rerank(client, stages):
     models = client.get("/v1/models", headers=AUTH).json()
     assert {m["id"] for m in models["data"]} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
     emb = client.post("/v1/embeddings", headers=AUTH, json={"input": ["a", "b"], "model": "all-MiniLM-L6-v2"}).json()
@@ -153,6 +156,7 @@ def test_models_embeddings_retrieve_rerank(client):
     rr = client.post("/v1/rerank", headers=AUTH, json={"query": "zebra", "documents": ["x", "y"]}).json()
     assert rr["reranker"] == "none" and [x["index"] for x in rr["results"]] == [0, 1]
     assert rr["results"][0]["relevance_score"] is None  # no model: no invented scores
+    assert stages.retrieved == [False]  # a client's documents have no retrieval order to fuse
 
 
 def test_auth(client):
