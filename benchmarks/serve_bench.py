@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from app import apikeys, serving  # noqa: E402
 from app.cli import write_demo_corpus  # noqa: E402
 from app.config import load_config  # noqa: E402
+from app.index.fusion import rerank_order  # noqa: E402
 from app.ingest.pipeline import run_ingest  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from deployments.generator import Generator  # noqa: E402
@@ -82,20 +83,23 @@ class InProcess:
         self.cross_encoder = CrossEncoder(reranker_path, max_length=cfg.serve.reranker.max_length, device="cpu")
         self.generator = Generator.func_or_class(settings)  # no @serve.batch inside: usable as a plain object
         self.candidates = cfg.serve.reranker.candidates
+        self.rerank_cfg = cfg.serve.reranker
 
     async def retrieve(self, q: str, k: int = 5) -> Any:
         return await asyncio.to_thread(self.searcher.search, q, None, k)
 
-    def _rank(self, q: str, texts: list[str], top_n: int) -> list[int]:
+    def _rank(self, q: str, texts: list[str], top_n: int, retriever_weight: float = 0.0) -> list[int]:
+        """As the Reranker deployment orders them: retrieved texts fused with their retrieval order."""
         scores = self.cross_encoder.predict([(q, t) for t in texts], batch_size=64, show_progress_bar=False)
-        return sorted(range(len(texts)), key=lambda i: -scores[i])[:top_n]
+        return rerank_order([float(s) for s in scores], retriever_weight, self.rerank_cfg.rrf_k)[:top_n]
 
     async def rerank(self, q: str) -> Any:
         return await asyncio.to_thread(self._rank, q, self.docs, PASSAGES)
 
     async def query(self, q: str) -> Any:
         hits = [h.to_dict() for h in await self.retrieve(q, self.candidates)]
-        order = await asyncio.to_thread(self._rank, q, [h["text"] for h in hits], 5)
+        texts = [h["text"] for h in hits]
+        order = await asyncio.to_thread(self._rank, q, texts, 5, self.rerank_cfg.retriever_weight)
         return await self.generator.generate(q, [hits[i] for i in order], max_tokens=MAX_TOKENS)
 
 
