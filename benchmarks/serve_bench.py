@@ -82,7 +82,6 @@ class InProcess:
         self.searcher = Searcher(Index.load(Storage(settings.storage)), cfg.search)
         self.cross_encoder = CrossEncoder(reranker_path, max_length=cfg.serve.reranker.max_length, device="cpu")
         self.generator = Generator.func_or_class(settings)  # no @serve.batch inside: usable as a plain object
-        self.candidates = cfg.serve.reranker.candidates
         self.rerank_cfg = cfg.serve.reranker
 
     async def retrieve(self, q: str, k: int = 5) -> Any:
@@ -97,7 +96,7 @@ class InProcess:
         return await asyncio.to_thread(self._rank, q, self.docs, PASSAGES)
 
     async def query(self, q: str) -> Any:
-        hits = [h.to_dict() for h in await self.retrieve(q, self.candidates)]
+        hits = [h.to_dict() for h in await self.retrieve(q, self.rerank_cfg.candidates)]
         texts = [h["text"] for h in hits]
         order = await asyncio.to_thread(self._rank, q, texts, 5, self.rerank_cfg.retriever_weight)
         return await self.generator.generate(q, [hits[i] for i in order], max_tokens=MAX_TOKENS)

@@ -64,5 +64,5 @@ def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_
     assert result["reranker"] == f"reranker:v{run['model']['version']}" and result["retriever_weight"] == 1.0
     for mode in ("dense", "lexical", "hybrid"):
         assert modes[f"{mode}+rerank"]["ndcg@10"] > modes[mode]["ndcg@10"], (mode, modes)
-        # the cross-encoder alone has learned the task too, not only the fusion (0.64-0.65 measured at top 50)
+        # the cross-encoder alone has learned the task too, not only the fusion (0.62-0.67 measured at top 50)
         assert modes[f"{mode}+ce"]["ndcg@10"] > 0.55, (mode, modes)
