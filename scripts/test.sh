@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Everything that can run on this machine: lint, types, unit, integration and slow tests (gpu/e2e skip cleanly).
+# Lint, types, then pytest: with no arguments every tier that can run here (unit, e2e, integration; gpu skips
+# without CUDA), never `quality`. Arguments go to pytest: `scripts/test.sh -m unit` is the quick loop (no Ray).
+# Ends with the 25 slowest tests, so every CI log shows where the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
-exec .venv/bin/pytest "$@"
+exec .venv/bin/pytest --durations=25 "$@"

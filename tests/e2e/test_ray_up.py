@@ -4,7 +4,8 @@ Serve application's status from the dashboard's REST API (token required), and `
 
 The on-prem config is derived from cluster/onprem.yaml: host, user and key are this machine's, `~/ragline` is this
 checkout and the head's ports are free ones. `ray up` and `ray down` run `ray stop` on the head, which here is this
-machine: every Ray on it stops. In the test suite this module runs first (tests/e2e sorts before integration/).
+machine: every Ray on it stops, so the test skips when a Ray it did not start runs here (the suite runs this tier
+before the integration tier starts its session cluster).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
-from tests.conftest import ROOT
-from tests.integration.conftest import PLANTED, free_port, write_corpus
+from tests.helpers import PLANTED, ROOT, free_port, write_corpus
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 BIN = Path(sys.executable).parent
 SSHD = Path("/usr/sbin/sshd")
@@ -54,6 +55,14 @@ def ensure_packages() -> None:
                  "rsync"]):
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
         assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}"
+
+
+def refuse_beside_a_running_ray() -> None:
+    """`ray up` and `ray down` run `ray stop` on the head, this machine: never stop a Ray this test did not start."""
+    running = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "gcs_server"]
+    if running:
+        pytest.skip(f"a Ray already runs on this machine (gcs_server pid {running[0]}); `ray up`/`ray down` here "
+                    "would stop it: `ray stop` it first to run this test")
 
 
 def port_open(port: int) -> bool:
@@ -130,6 +139,7 @@ def derive_onprem(tmp: Path, user: str, key: str, gcs_port: int, dashboard_port:
 
 @pytest.fixture(scope="module")
 def cluster(sshd, tmp_path_factory) -> Iterator[dict[str, str]]:
+    refuse_beside_a_running_ray()
     tmp = tmp_path_factory.mktemp("ray-up")
     gcs_port, dashboard_port = free_port(), free_port()
     config = derive_onprem(tmp, sshd["user"], sshd["key"], gcs_port, dashboard_port)

@@ -9,9 +9,9 @@ import torch
 from app.storage import Storage
 from app.train.config import TrainJobConfig
 from app.train.run import run_training
-from tests.integration.test_train import SAMPLE, history
+from tests.helpers import SAMPLE, metric_history
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_sft_on_gpus_in_bf16(gpu_ray, tmp_path, strategy):
         "checkpoint_every": 4, **strategy})
     record = run_training(cfg, Storage(str(tmp_path / "store")))
     assert record["state"] == "succeeded"
-    losses = history(record, "loss")
+    losses = metric_history(record, "loss")
     print(f"\n[gpu {'/'.join(str(v) for v in strategy.values())}] losses={[round(v, 4) for _, v in losses]} "
           f"metrics={record['metrics']} train_s={record.get('train_s')}")
     assert losses[-1][1] < losses[0][1]

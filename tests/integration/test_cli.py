@@ -5,12 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from ray import serve
 
-from .conftest import free_port
+from tests.helpers import free_port
 
-pytestmark = pytest.mark.integration
 EXE = str(Path(sys.executable).parent / "ragline")
 
 

@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import ray
 
 from app.catalog import Catalog
@@ -17,10 +16,8 @@ from app.index.build import load_chunks
 from app.ingest.pipeline import run_ingest
 from app.services.ingest import service_name
 from app.storage import Storage
+from tests.helpers import topic_text
 
-from .conftest import topic_text
-
-pytestmark = pytest.mark.integration
 N_DOCS = 120  # ≈ 240 chunks: long enough on 2 cores to be killed in the middle
 
 

@@ -1,5 +1,7 @@
-"""Retrieval quality on SciFact dev through `ragline eval retrieval` (the whole corpus: minutes on 2 cores), then a
-reranker trained on SciFact train through `ragline train reranker`, promoted, and evaluated with `--rerank`."""
+"""Retrieval evaluation and reranker training on a SciFact slice, through the `ragline` CLI as users run it: 50 dev
+queries over 600 abstracts (the ones they judge relevant, then distractors), with floors that catch a broken
+pipeline; then `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
+`eval retrieval --rerank`. The full-corpus quality figures are measured by benchmarks/quality.py, not here."""
 
 import json
 import subprocess
@@ -8,61 +10,61 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, shared_dataset
+from tests.helpers import ROOT, shared_dataset, write_beir_slice
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-RESULTS = ROOT / "benchmarks" / "results"
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def scifact_root(tmp_path_factory) -> Path:
-    """One storage root for the module: the corpus is ingested once (under eval/scifact) and shared."""
+def scifact_slice(tmp_path_factory) -> Path:
+    return write_beir_slice(shared_dataset("scifact"), tmp_path_factory.mktemp("data") / "scifact-slice",
+                            {"dev": 50, "train": 20}, corpus_size=600)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """One storage root for the module: the slice is ingested once (under eval/scifact-slice) and shared."""
     return tmp_path_factory.mktemp("scifact") / "s"
 
 
-def ragline(root: Path, address: str, *args: str, timeout: int = 1800) -> dict:
+def ragline(root: Path, address: str, *args: str) -> dict:
     exe = Path(sys.executable).parent / "ragline"
     done = subprocess.run([str(exe), "--storage", str(root), "--address", address, *args, "--json"],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
-def test_scifact_dev_retrieval_quality(ray_cluster, scifact_root):
-    dataset = shared_dataset("scifact")
-    result = ragline(scifact_root, ray_cluster, "eval", "retrieval", "--dataset", str(dataset), "--split", "dev")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scifact-dev-retrieval.json").write_text(json.dumps(result, indent=2))
+def test_retrieval_eval_on_a_dev_slice(ray_cluster, scifact_slice, store):
+    result = ragline(store, ray_cluster, "eval", "retrieval", "--dataset", str(scifact_slice), "--split", "dev")
     modes = result["modes"]
-    assert result["queries"] == 210
-    # Published MiniLM / BM25 figures on SciFact are ≈0.65 nDCG@10; far below means the pipeline lost documents
-    # or embeddings. Fusion must not be worse than either ranking alone by more than noise.
+    assert result["queries"] == 50 and set(modes) == {"dense", "lexical", "hybrid"}
+    # A pipeline that loses documents or embeddings, or mixes up ids, falls far below these (measured on this
+    # slice: nDCG@10 dense 0.822, BM25 0.795, hybrid 0.828; recall@100 0.98-1.0); fusion must not be worse than
+    # BM25 beyond noise.
     for mode in ("dense", "lexical", "hybrid"):
-        assert modes[mode]["ndcg@10"] > 0.6, (mode, modes)
-        assert modes[mode]["recall@100"] > 0.85, (mode, modes)
-    assert modes["hybrid"]["ndcg@10"] >= max(modes["dense"]["ndcg@10"], modes["lexical"]["ndcg@10"]) - 0.02
+        assert modes[mode]["ndcg@10"] > 0.7, (mode, modes)
+        assert modes[mode]["recall@100"] > 0.9, (mode, modes)
+    assert modes["hybrid"]["ndcg@10"] >= modes["lexical"]["ndcg@10"] - 0.02, modes
 
 
-@pytest.mark.timeout(3600)  # training ≈16 min and the top-50 reranked evaluation ≈14 min on 2 cores
-def test_reranker_trained_on_scifact_train_raises_dev_ndcg(ray_cluster, scifact_root):
-    """Hard negatives mined from the SciFact index (BM25 + dense top-30 minus the positives), a cross-encoder
-    fine-tuned from MiniLM by a two-worker DDP job, promoted, then each mode's top 50 reranked as the serving graph
-    does (the cross-encoder's order fused with the retriever's)."""
-    dataset = shared_dataset("scifact")
-    run = ragline(scifact_root, ray_cluster, "train", "reranker", "--in-process", "--config",
-                  str(ROOT / "deployments" / "jobs" / "reranker.yaml"), "--set", f"reranker.beir_dir={dataset}",
-                  "--set", "name=scifact-reranker", timeout=3600)  # ≈16 min on 2 cores
+def test_reranker_trained_on_the_train_qrels_is_promoted_and_evaluated(ray_cluster, scifact_slice, store):
+    overrides = [f"reranker.beir_dir={scifact_slice}", "name=slice-reranker", "max_steps=2", "checkpoint_every=2",
+                 "batch_size=4", "reranker.max_length=128"]
+    run = ragline(store, ray_cluster, "train", "reranker", "--in-process", "--config",
+                  str(ROOT / "deployments" / "jobs" / "reranker.yaml"), *(a for o in overrides for a in ("--set", o)))
     assert run["state"] == "succeeded" and run["model"]["name"] == "reranker", run
-    assert run["counts"]["kept"] + sum(run["counts"]["dropped"].values()) == run["counts"]["records"]
-    ragline(scifact_root, ray_cluster, "models", "promote", "reranker", str(run["model"]["version"]))
-    result = ragline(scifact_root, ray_cluster, "eval", "retrieval", "--dataset", str(dataset), "--split", "dev",
-                     "--rerank", "--rerank-top", "50")
-    (RESULTS / "scifact-dev-rerank.json").write_text(json.dumps({"train": run["metrics"], **result}, indent=2))
+    counts = run["counts"]
+    assert counts["queries"] == 20 and counts["kept"] + sum(counts["dropped"].values()) == counts["records"]
+    assert counts["kept"] == counts["records"]  # every positive of the slice's train queries is in its corpus
+    ragline(store, ray_cluster, "models", "promote", "reranker", str(run["model"]["version"]))
+    result = ragline(store, ray_cluster, "eval", "retrieval", "--dataset", str(scifact_slice), "--split", "dev",
+                     "--rerank", "--rerank-top", "10")
     modes = result["modes"]
     assert result["reranker"] == f"reranker:v{run['model']['version']}" and result["retriever_weight"] == 1.0
+    assert result["rerank_top"] == 10
     for mode in ("dense", "lexical", "hybrid"):
-        assert modes[f"{mode}+rerank"]["ndcg@10"] > modes[mode]["ndcg@10"], (mode, modes)
-        # the cross-encoder alone has learned the task too, not only the fusion (0.62-0.67 measured at top 50)
-        assert modes[f"{mode}+ce"]["ndcg@10"] > 0.55, (mode, modes)
+        # two steps teach the cross-encoder little (measured alone: 0.48-0.60); the fused order still leans on the
+        # retriever's (measured 0.70-0.77 against 0.79-0.83 unreranked)
+        assert 0 < modes[f"{mode}+ce"]["ndcg@10"] <= 1, (mode, modes)
+        assert modes[f"{mode}+rerank"]["ndcg@10"] > 0.5 * modes[mode]["ndcg@10"], (mode, modes)

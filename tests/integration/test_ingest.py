@@ -6,10 +6,7 @@ from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
 from app.ingest.pipeline import IngestError, run_ingest
 from app.storage import Storage
-
-from .conftest import PLANTED, topic_text
-
-pytestmark = pytest.mark.integration
+from tests.helpers import PLANTED, topic_text
 
 
 def chunk_ids(storage, version):

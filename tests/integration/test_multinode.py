@@ -31,10 +31,8 @@ import pytest
 from app.catalog import Catalog
 from app.index.build import load_chunks
 from app.storage import Storage
+from tests.helpers import PLANTED, SAMPLE, topic_text
 
-from .conftest import PLANTED, SAMPLE, topic_text
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RAGLINE = str(Path(sys.executable).parent / "ragline")
 
 HOST = r"""

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -19,11 +18,8 @@ from app.config import load_config
 from app.index.fusion import rerank_order
 from app.ingest.pipeline import run_ingest
 from app.storage import Storage
+from tests.helpers import PLANTED, ROOT, free_port, write_corpus
 
-from .conftest import PLANTED, free_port, write_corpus
-
-pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
 # small CPU shares so an ingest still fits beside the graph on 2 cores; the generator queue is short so the

@@ -14,13 +14,9 @@ import pytest
 
 from app.catalog import Catalog
 from app.storage import Storage
-from app.train import tracking
 from app.train.config import TrainJobConfig, load_job_config
 from app.train.run import load_records, run_training
-
-from .conftest import ROOT, SAMPLE
-
-pytestmark = pytest.mark.integration
+from tests.helpers import ROOT, SAMPLE, metric_history
 
 
 def job(tiny_lm: str, **fields) -> TrainJobConfig:
@@ -28,11 +24,6 @@ def job(tiny_lm: str, **fields) -> TrainJobConfig:
             "num_workers": 2, "batch_size": 4, "lr": 1e-2, "epochs": 4, "max_steps": 8, "checkpoint_every": 4,
             "seed": 0}
     return TrainJobConfig.model_validate(base | fields)
-
-
-def history(record: dict, key: str) -> list[tuple[int, float]]:
-    client = tracking.client(record["mlflow"]["uri"])
-    return sorted((m.step, m.value) for m in client.get_metric_history(record["mlflow"]["run_id"], key))
 
 
 @pytest.mark.parametrize("strategy", [{"strategy": "ddp"}, {"strategy": "fsdp"},
@@ -45,7 +36,7 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_pat
     storage = Storage(str(tmp_path / "store"))
     record = run_training(job(tiny_lm, name="s", **strategy), storage)
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
-    losses = history(record, "loss")
+    losses = metric_history(record, "loss")
     assert [s for s, _ in losses] == list(range(1, 9))
     assert losses[-1][1] < losses[0][1] * 0.8, losses
     assert record["counts"] == {"records": 41, "kept": 41, "dropped": {}}
@@ -71,7 +62,7 @@ def test_a_planted_worker_death_resumes_from_the_last_checkpoint(ray_cluster, ti
                           storage)
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
     assert storage.exists("train/chaos/chaos-fired")  # the worker did die
-    starts = history(record, "attempt_start_step")
+    starts = metric_history(record, "attempt_start_step")
     # The first attempt started at 0; the second at the newest checkpoint Ray Train had registered when the
     # worker died (step 4, or step 2 if the step-4 report was still in flight): mid-epoch (5 steps per epoch here),
     # so neither from zero nor from the start of the epoch, and it carried on from exactly that step.
@@ -103,7 +94,7 @@ def test_a_stopped_run_resumes_under_its_name(ray_cluster, tiny_lm, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(done.stdout)
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 40
-    starts = {v for _, v in history(record, "attempt_start_step")}
+    starts = {v for _, v in metric_history(record, "attempt_start_step")}
     # the second attempt began at a checkpoint of the first (a multiple of 10), not at 0
     assert len(starts) == 2 and max(starts) >= 10 and max(starts) % 10 == 0, starts
 

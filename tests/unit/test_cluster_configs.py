@@ -28,7 +28,7 @@ import ray
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from tests.conftest import ROOT, SHARED
+from tests.helpers import ROOT, SHARED
 
 CLUSTER = ROOT / "cluster"
 KUBERAY = CLUSTER / "kuberay"

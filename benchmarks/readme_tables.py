@@ -1,0 +1,83 @@
+"""README tables are generated from the benchmark results files, never typed by hand.
+
+    .venv/bin/python benchmarks/readme_tables.py          rewrite each table from the latest results file
+    .venv/bin/python benchmarks/readme_tables.py --check  exit 1 if the README differs from what the files give
+
+Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in README.md, and is rendered from the
+newest `benchmarks/results/NAME-<date>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+MODE_NAMES = {"dense": "dense (MiniLM)", "lexical": "BM25", "hybrid": "hybrid (RRF)"}
+
+
+def latest(name: str, results: Path = RESULTS) -> Path:
+    files = sorted(results.glob(f"{name}-*.json"))  # ISO dates sort by time
+    if not files:
+        raise FileNotFoundError(f"no {results}/{name}-<date>.json: run benchmarks/{name}.py first")
+    return files[-1]
+
+
+def quality_table(r: dict[str, Any], source: str) -> str:
+    m = r["median"]
+    runs = len(r["runs"])
+    lines = [
+        f"SciFact {r['split']} ({r['queries']} queries), each mode's top {r['rerank_top']} reranked; "
+        f"{'one training run' if runs == 1 else f'median of {runs} training runs'} "
+        f"(`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| mode | nDCG@10 retriever | cross-encoder alone (`+ce`) | fused, as served (`+rerank`) | gain | "
+        "recall@100 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode, label in MODE_NAMES.items():
+        base, ce, fused = m[mode]["ndcg@10"], m[f"{mode}+ce"]["ndcg@10"], m[f"{mode}+rerank"]["ndcg@10"]
+        lines.append(f"| {label} | {base:.3f} | {ce:.3f} | {fused:.3f} | {fused - base:+.3f} | "
+                     f"{m[mode]['recall@100']:.3f} |")
+    return "\n".join(lines)
+
+
+TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table}
+
+
+def render(readme: str, results: Path = RESULTS) -> str:
+    for name, table in TABLES.items():
+        path = latest(name, results)
+        body = table(json.loads(path.read_text()), f"`benchmarks/results/{path.name}`")
+        pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
+        if not pattern.search(readme):
+            raise ValueError(f"README.md has no <!-- table:{name} --> … <!-- /table:{name} --> block")
+        readme = pattern.sub(lambda mt, body=body: f"{mt.group(1)}{body}\n{mt.group(2)}", readme)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 where the README is stale")
+    args = ap.parse_args(argv)
+    text = README.read_text()
+    new = render(text)
+    if args.check:
+        if new != text:
+            print("README.md tables differ from benchmarks/results: run benchmarks/readme_tables.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new)
+    print(f"README.md tables rewritten from {', '.join(latest(n).name for n in TABLES)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

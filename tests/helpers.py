@@ -1,0 +1,112 @@
+"""What tests of several tiers share: paths, the shared datasets, the fixture corpus with planted problems, free
+ports, MLflow history. Test modules import from here, never from another tier's package or conftest."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"  # 41 instruction records
+PLANTED = ("The great zebra migration crosses the Mara river every July, when hundreds of thousands of zebras "
+           "and wildebeest leave the Serengeti for fresh grazing in the Maasai Mara.")
+
+
+def shared_dataset(name: str) -> Path:
+    path = SHARED / "datasets" / name
+    if not path.is_dir():
+        pytest.skip(f"{path} is absent: the shared test datasets are not checked out beside the project")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def topic_text(i: int, words: int = 120) -> str:
+    """Distinct documents: each draws its words from its own vocabulary, so no two are near copies."""
+    return f"Topic {i}. " + " ".join(f"term{i}x{j}" for j in range(words))
+
+
+def write_corpus(d: Path) -> dict[str, int]:
+    """Fixture corpus; returns the counts every ingest of it must report."""
+    d.mkdir(parents=True, exist_ok=True)
+    docs = [{"id": f"doc{i}", "title": f"Topic {i}", "text": topic_text(i)} for i in range(12)]
+    docs.append({"id": "zebra", "title": "Zebra migration", "text": PLANTED})
+    with (d / "main.jsonl").open("w") as f:
+        for doc in docs:
+            f.write(json.dumps(doc) + "\n")
+        f.write(json.dumps({"id": "copy-of-doc0", "text": docs[0]["text"]}) + "\n")  # exact duplicate
+        f.write("{this line is not json\n")  # unreadable record
+    near = docs[3]["text"].split()
+    near[50] = "changed"
+    (d / "near-copy.txt").write_text(" ".join(near))  # near duplicate of doc3
+    (d / "cafe.txt").write_bytes("Caf\xe9 cr\xe8me br\xfbl\xe9e is served cold in Paris.".encode("latin-1"))
+    (d / "blank.md").write_text("  \n\t\n")  # empty after normalisation
+    (d / "corrupt.parquet").write_bytes(b"PAR1 this is not a parquet file")  # unreadable file
+    pq.write_table(pa.table({"id": ["pq1", "pq2"], "text": ["Columnar storage keeps each column together on disk.",
+                                                            "Compression codecs such as zstd shrink parquet."]}),
+                   d / "rows.parquet")
+    (d / "page.html").write_text("<html><head><title>Snakes</title></head><body><nav>Home | About</nav><main>"
+                                 "<p>Pythons are large constricting snakes found in Africa and Asia.</p></main>"
+                                 "<footer>Copyright</footer></body></html>")
+    # read: 15 jsonl lines + near + cafe + blank + 2 parquet rows + html + corrupt file = 22
+    return {"read": 22, "kept": 17, "unreadable": 2, "empty": 1, "exact_duplicate": 1, "duplicate_id": 0,
+            "near_duplicate": 1, "files": 7, "unreadable_files": 1}
+
+
+def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_size: int) -> Path:
+    """A small BEIR dataset cut from a large one, for tests that must finish in minutes: the first `n` judged
+    queries of each split (in qrels order), every document they judge relevant, then the corpus's documents in
+    file order as distractors up to `corpus_size`. qrels keep only the chosen queries; CRLF endings are kept."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "qrels").mkdir(exist_ok=True)
+    wanted_docs: set[str] = set()
+    wanted_queries: set[str] = set()
+    for split, n in splits.items():
+        with (source / "qrels" / f"{split}.tsv").open(encoding="utf-8", newline="") as fh:
+            lines = fh.read().splitlines(keepends=True)
+        header, body = lines[0], lines[1:]
+        kept: list[str] = []
+        qids: list[str] = []
+        for line in body:
+            qid, doc_id, score = line.rstrip("\r\n").split("\t")
+            if qid not in qids:
+                if len(qids) == n:
+                    break
+                qids.append(qid)
+            kept.append(line)
+            if int(score) > 0:
+                wanted_docs.add(doc_id)
+        wanted_queries.update(qids)
+        with (dest / "qrels" / f"{split}.tsv").open("w", encoding="utf-8", newline="") as fh:
+            fh.write(header + "".join(kept))
+    assert len(wanted_docs) <= corpus_size, (len(wanted_docs), corpus_size)
+    relevant: list[str] = []
+    distractors: list[str] = []
+    with (source / "corpus.jsonl").open(encoding="utf-8") as fh:
+        for line in fh:
+            doc_id = str(json.loads(line)["_id"])
+            (relevant if doc_id in wanted_docs else distractors).append(line)
+    (dest / "corpus.jsonl").write_text("".join(relevant + distractors[:corpus_size - len(relevant)]),
+                                       encoding="utf-8")
+    with (source / "queries.jsonl").open(encoding="utf-8") as fh:
+        queries = [line for line in fh if str(json.loads(line)["_id"]) in wanted_queries]
+    (dest / "queries.jsonl").write_text("".join(queries), encoding="utf-8")
+    return dest
+
+
+def metric_history(record: dict, key: str) -> list[tuple[int, float]]:
+    """(step, value) of one metric of a finished training run, read back from its MLflow run."""
+    from app.train import tracking
+
+    client = tracking.client(record["mlflow"]["uri"])
+    return sorted((m.step, m.value) for m in client.get_metric_history(record["mlflow"]["run_id"], key))
