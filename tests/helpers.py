@@ -66,36 +66,23 @@ def write_corpus(d: Path) -> dict[str, int]:
 def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_size: int) -> Path:
     """A small BEIR dataset cut from a large one, for tests that must finish in minutes: the first `n` judged
     queries of each split (in qrels order), every document they judge relevant, then the corpus's documents in
-    file order as distractors up to `corpus_size`. qrels keep only the chosen queries; CRLF endings are kept."""
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "qrels").mkdir(exist_ok=True)
+    file order as distractors up to `corpus_size`."""
+    from app.eval.beir import load_qrels
+
+    (dest / "qrels").mkdir(parents=True, exist_ok=True)
     wanted_docs: set[str] = set()
     wanted_queries: set[str] = set()
     for split, n in splits.items():
-        with (source / "qrels" / f"{split}.tsv").open(encoding="utf-8", newline="") as fh:
-            lines = fh.read().splitlines(keepends=True)
-        header, body = lines[0], lines[1:]
-        kept: list[str] = []
-        qids: list[str] = []
-        for line in body:
-            qid, doc_id, score = line.rstrip("\r\n").split("\t")
-            if qid not in qids:
-                if len(qids) == n:
-                    break
-                qids.append(qid)
-            kept.append(line)
-            if int(score) > 0:
-                wanted_docs.add(doc_id)
-        wanted_queries.update(qids)
-        with (dest / "qrels" / f"{split}.tsv").open("w", encoding="utf-8", newline="") as fh:
-            fh.write(header + "".join(kept))
+        qrels = dict(list(load_qrels(source / "qrels" / f"{split}.tsv").items())[:n])
+        lines = [f"{q}\t{d}\t{score}\n" for q, docs in qrels.items() for d, score in docs.items()]
+        (dest / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(lines))
+        wanted_queries.update(qrels)
+        wanted_docs.update(d for docs in qrels.values() for d in docs)
     assert len(wanted_docs) <= corpus_size, (len(wanted_docs), corpus_size)
-    relevant: list[str] = []
-    distractors: list[str] = []
     with (source / "corpus.jsonl").open(encoding="utf-8") as fh:
-        for line in fh:
-            doc_id = str(json.loads(line)["_id"])
-            (relevant if doc_id in wanted_docs else distractors).append(line)
+        lines = fh.readlines()
+    relevant = [line for line in lines if str(json.loads(line)["_id"]) in wanted_docs]
+    distractors = [line for line in lines if str(json.loads(line)["_id"]) not in wanted_docs]
     (dest / "corpus.jsonl").write_text("".join(relevant + distractors[:corpus_size - len(relevant)]),
                                        encoding="utf-8")
     with (source / "queries.jsonl").open(encoding="utf-8") as fh:
