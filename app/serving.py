@@ -6,6 +6,7 @@ The YAML is the same one `serve run` / `serve deploy` take; Ragline only fills i
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,14 @@ from urllib.parse import urlparse
 import httpx
 import yaml
 
-from app.config import read_yaml_mapping
+from app import envs
+from app.config import load_config, read_yaml_mapping
 from app.storage import Storage
 
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "serve_cpu.yaml"
 APP_NAME = "ragline"
+GRAPH = "deployments.graph:build_app"
+LLM = "deployments.llm:build_llm_app"
 
 
 def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
@@ -36,20 +40,28 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
     if not isinstance(raw, dict) or not raw.get("applications"):
         raise ValueError(f"Serve config {p} has no applications")
     for app in raw["applications"]:
-        if app.get("import_path") == "deployments.graph:build_app":
-            args = app.setdefault("args", {}) or {}
-            args["storage"] = str(storage.local_path()) if storage.is_local else storage.uri
-            if config_file and remote:
-                args["config"] = read_yaml_mapping(config_file, "config file")
-            elif config_file:
-                args["config_file"] = str(Path(config_file).resolve())
-            args["overrides"] = [*(args.get("overrides") or []), *overrides]
-            if api_keys_file:
-                args["api_keys_file"] = str(Path(api_keys_file).resolve())
-            app["args"] = args
-            for d in app.get("deployments") or []:
-                for key, value in (deployment_options or {}).get(d["name"], {}).items():
-                    d[key] = {**d.get(key, {}), **value} if isinstance(value, dict) else value
+        if app.get("import_path") not in (GRAPH, LLM):
+            continue
+        args = copy.deepcopy(app.get("args") or {})  # a YAML anchor shares one mapping between applications
+        args["storage"] = str(storage.local_path()) if storage.is_local else storage.uri
+        if config_file and remote:
+            args["config"] = read_yaml_mapping(config_file, "config file")
+        elif config_file:
+            args["config_file"] = str(Path(config_file).resolve())
+        args["overrides"] = [*(args.get("overrides") or []), *overrides]
+        if api_keys_file and app["import_path"] == GRAPH:
+            args["api_keys_file"] = str(Path(api_keys_file).resolve())
+        app["args"] = args
+        for d in app.get("deployments") or []:
+            for key, value in (deployment_options or {}).get(d["name"], {}).items():
+                d[key] = {**d.get(key, {}), **value} if isinstance(value, dict) else value
+    def engine(args: dict[str, Any]) -> str:
+        return load_config(args.get("config_file") or envs.RAGLINE_CONFIG or None, args["overrides"],
+                           inline=args.get("config")).serve.generator.engine
+
+    # the LLM application serves the vllm engine only: with another engine it is left out
+    raw["applications"] = [a for a in raw["applications"]
+                           if a.get("import_path") != LLM or engine(a["args"]) == "vllm"]
     try:
         return ServeDeploySchema.model_validate(raw)
     except Exception as e:  # pydantic's message names the field
@@ -82,6 +94,35 @@ def deploy(schema: Any, timeout_s: float = 600) -> None:
         if time.time() > deadline:
             raise RuntimeError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
         time.sleep(1)
+
+
+def pin_generator(app_name: str, version: int) -> bool:
+    """Re-applies the running Serve config with the LLM application `app_name` pinned to generator `version`
+    (its `args.generator_version`); Serve then rolls that application's replicas over, and only those. Called
+    from inside the cluster (a replica that saw a new promotion). Idempotent: False when the running config
+    already pins that version, or when the applications were not deployed from a config (`serve.run`), which
+    Ragline cannot re-apply."""
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema, ServeInstanceDetails
+
+    client = _get_global_client()
+    assert client is not None, "raises rather than returning None when no Serve runs"
+    details = ServeInstanceDetails(**client.get_serve_details())
+    apps = []
+    for name, app in details.applications.items():
+        if app.deployed_app_config is None:
+            return False
+        config = app.deployed_app_config.model_dump(exclude_unset=True)
+        if name == app_name:
+            if (config.get("args") or {}).get("generator_version") == version:
+                return False
+            config["args"] = {**(config.get("args") or {}), "generator_version": version}
+        apps.append(config)
+    assert details.http_options is not None, "a running Serve has HTTP options"
+    client.deploy_apps(ServeDeploySchema.model_validate({
+        "proxy_location": details.proxy_location, "applications": apps,
+        "http_options": details.http_options.model_dump(exclude_unset=True)}))
+    return True
 
 
 def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> dict[str, Any]:

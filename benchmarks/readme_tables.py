@@ -26,7 +26,7 @@ MODE_NAMES = {"dense": "dense (MiniLM)", "lexical": "BM25", "hybrid": "hybrid (R
 def latest(name: str, results: Path = RESULTS) -> Path:
     files = sorted(results.glob(f"{name}-*.json"))  # ISO dates sort by time
     if not files:
-        raise FileNotFoundError(f"no {results}/{name}-<date>.json: run benchmarks/{name}.py first")
+        raise FileNotFoundError(f"no {results}/{name}-<date>.json: run benchmarks/{SCRIPTS[name]} first")
     return files[-1]
 
 
@@ -49,11 +49,36 @@ def quality_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table}
+def generate_table(r: dict[str, Any], source: str) -> str:
+    lines = [
+        f"{r['model']}, {r['max_tokens']}-token answers, {r['cpus']} CPU cores; median of {r['repeats']} runs per "
+        f"point (`{r['command']}`, {r['date']}, {source}). Tokens/s counts completion tokens over each run's wall "
+        "time; TTFT is the time to the first answer token.",
+        "",
+        "| path | clients | vLLM tokens/s | transformers tokens/s | ratio | vLLM TTFT p50 / p95 | "
+        "transformers TTFT p50 / p95 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind, label in (("query", "`/v1/query` (streamed, RAG)"), ("raw", "raw generation")):
+        for c in r["clients"]:
+            v, t = r["vllm"][kind][f"x{c}"], r["transformers"][kind][f"x{c}"]
+            lines.append(f"| {label} | {c} | {v['tokens_per_s']:.1f} | {t['tokens_per_s']:.1f} | "
+                         f"{r['ratios'][f'{kind}_tokens_per_s_x{c}']:.1f}x | "
+                         f"{v['ttft_p50_ms'] / 1e3:.2f} / {v['ttft_p95_ms'] / 1e3:.2f} s | "
+                         f"{t['ttft_p50_ms'] / 1e3:.2f} / {t['ttft_p95_ms'] / 1e3:.2f} s |")
+    lines += ["", f"Resident memory of the processes holding the model: vLLM {r['vllm']['rss_mb']:,.0f} MB (the LLM "
+              f"replica and its engine process, KV cache included), transformers {r['transformers']['rss_mb']:,.0f} "
+              "MB (the Generator replica)."]
+    return "\n".join(lines)
 
 
-def render(readme: str, results: Path = RESULTS) -> str:
-    for name, table in TABLES.items():
+TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table}
+SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py"}  # what writes each results file
+
+
+def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:
+    for name in names:
+        table = TABLES[name]
         path = latest(name, results)
         body = table(json.loads(path.read_text()), f"`benchmarks/results/{path.name}`")
         pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)

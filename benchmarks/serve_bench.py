@@ -177,7 +177,10 @@ def main() -> None:
         corpus = write_demo_corpus(storage.local_path("demo-corpus"))
         run_ingest([str(corpus)], load_config(None, base), storage)
     reranker = make_reranker(storage.local_path())
-    overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}"]
+    # the transformers engine on both sides: the in-process side has no Serve to reach the vLLM application
+    # through (benchmarks/generate_bench.py compares the engines)
+    overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}",
+                 "serve.generator.engine=transformers"]
     cfg = load_config(None, overrides)
     settings = Settings(storage=storage.uri, config=cfg.model_dump())
     key = apikeys.load(storage)[0][0]

@@ -1,12 +1,14 @@
-"""Generator deployment: builds the cited prompt and streams the answer from the configured engine
-(transformers on CPU, vLLM on GPU, or an OpenAI-compatible server).
+"""Generator deployment: builds the cited prompt and streams the answer from the configured engine: vLLM in the
+LLM Serve application (`deployments/llm.py`, by handle), transformers in this replica, or an OpenAI-compatible server.
 
-`model: catalog:NAME` serves the promoted version of a model Ragline fine-tuned (`ragline train sft`), and swaps
-to a newly promoted one in the background: requests in flight finish on the engine they started with.
+`model: catalog:NAME` serves the promoted version of a model Ragline fine-tuned (`ragline train sft`). This replica
+follows promotions for its tokenizer and name (and, with transformers, the weights) in the background: requests in
+flight finish on the engine they started with. With vllm the LLM application rolls its own replicas over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -15,12 +17,15 @@ from typing import Any
 from ray import serve
 from ray.util.metrics import Counter
 
+from app import envs
+from app.models import generator as generator_model
 from app.models import trained
-from app.rag.engines import Engine, Sampling, make_engine
+from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
 from app.rag.prompt import Message, build_prompt
 from deployments.settings import Settings
 
 log = logging.getLogger("ray.serve")
+READY_TIMEOUT_S = 5.0
 
 
 @serve.deployment(name="Generator")
@@ -37,16 +42,17 @@ class Generator:
 
     def _load(self, serving: str | None) -> Engine | None:
         """The engine for the configured model; for catalog:NAME, None while the promoted version is `serving`."""
-        if not trained.is_catalog(self.cfg.model):
+        if self.cfg.engine == "openai":
             return make_engine(self.cfg)
-        manifest = trained.lookup(self.cfg.model, self.storage)
-        if manifest is None:
+        found = generator_model.locate(self.cfg.model, self.storage, self.cfg.cache_dir or envs.cache_dir())
+        if found is None:
             raise ValueError(f"generator.model {self.cfg.model}: no version is promoted yet "
                              "(`ragline models promote NAME VERSION`)")
-        if trained.label(manifest) == serving:
+        path, label = found
+        if label == serving:
             return None
-        engine = make_engine(self.cfg.model_copy(update={"model": trained.local_dir(manifest, self.storage)}))
-        engine.model = trained.label(manifest)
+        engine = make_engine(self.cfg.model_copy(update={"model": path}))
+        engine.model = label
         return engine
 
     def _watch(self) -> None:
@@ -90,5 +96,12 @@ class Generator:
                 out.update(piece)
         return out
 
-    def ready(self) -> dict[str, Any]:
-        return {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
+    async def ready(self) -> dict[str, Any]:
+        out = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
+        if isinstance(self.engine, ServeLLMEngine):
+            try:
+                out["llm"] = await asyncio.wait_for(self.engine.served(), READY_TIMEOUT_S)
+            except Exception as e:  # not deployed yet, starting, or failed: say which, do not raise
+                return {**out, "ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is not ready: "
+                        f"{type(e).__name__}: {e}"[:300]}
+        return out

@@ -194,9 +194,11 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
         ranked = await stage("rerank", timings, backends.rerank(question, found["hits"], top_k, retrieved=True))
         return found, ranked
 
-    def meta(found: dict[str, Any], ranked: dict[str, Any], timings: dict[str, float]) -> dict[str, Any]:
+    def meta(found: dict[str, Any], ranked: dict[str, Any], timings: dict[str, float],
+             end: dict[str, Any]) -> dict[str, Any]:
+        """`end`: the generator's last piece; its `model` names the version that answered (catalog:NAME → NAME:vN)."""
         return {"index_version": found["index_version"], "mode": found["mode"],
-                "models": {"generator": models["generator"], "embedder": models["embedder"],
+                "models": {"generator": end.get("model") or models["generator"], "embedder": models["embedder"],
                            "reranker": ranked["reranker"]},
                 "timings_ms": {k: round(v, 2) for k, v in timings.items()}}
 
@@ -306,7 +308,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
             return {"answer": out["text"].strip(), "finish_reason": out["finish_reason"],
                     "citations": citations(ranked["passages"][: out["passages"]], out["text"]),
                     "usage": {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"]},
-                    **meta(found, ranked, timings)}
+                    **meta(found, ranked, timings, out)}
 
         if not req.stream:
             return await with_timeout(run())
@@ -325,7 +327,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
                     end = piece
             timings["generate"] = (time.perf_counter() - t1) * 1e3
             timings["total"] = (time.perf_counter() - t0) * 1e3
-            yield _sse("citations", {"citations": citations(used, text), **meta(found, ranked, timings)})
+            yield _sse("citations", {"citations": citations(used, text), **meta(found, ranked, timings, end)})
             yield _sse("done", {"finish_reason": end.get("finish_reason"),
                                 "usage": {k: end.get(k) for k in ("prompt_tokens", "completion_tokens")}})
 
@@ -359,7 +361,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
                                      "finish_reason": out["finish_reason"]}],
                         "usage": usage(out), "citations": citations(ranked["passages"][: out["passages"]],
                                                                      out["text"]),
-                        "ragline": meta(found, ranked, timings)}
+                        "ragline": meta(found, ranked, timings, out)}
 
             return await with_timeout(run())
 
@@ -381,7 +383,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
                 else:
                     end = piece
             yield chunk({}, end.get("finish_reason", "stop"), citations=citations(used, text),
-                        ragline=meta(found, ranked, timings))
+                        ragline=meta(found, ranked, timings, end))
             if req.stream_options and req.stream_options.include_usage:
                 yield _sse(None, {"id": cid, "object": "chat.completion.chunk", "created": created,
                                   "model": models["generator"], "choices": [], "usage": usage(end)})

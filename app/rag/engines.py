@@ -1,14 +1,15 @@
 """Generator engines behind one interface: `count_tokens(messages)` and `stream(messages, sampling)`.
 
 `stream` yields `{"text": delta}` pieces and ends with one `{"finish_reason", "prompt_tokens",
-"completion_tokens"}`. Closing the stream early (a cancelled request, a client gone) stops generation.
+"completion_tokens", "model"}` (`model`: the name of the model that answered). Closing the stream early (a cancelled
+request, a client gone) stops generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,6 +18,8 @@ from app import envs
 from app.config import GeneratorConfig
 from app.models import generator as generator_model
 from app.rag.prompt import Message
+
+LLM_DEPLOYMENT = "LLM"  # the deployment of the LLM application (deployments/llm.py)
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,12 @@ def make_engine(cfg: GeneratorConfig) -> Engine:
     if cfg.engine == "transformers":
         return TransformersEngine(cfg)
     if cfg.engine == "vllm":
-        return VLLMEngine(cfg)
+        return ServeLLMEngine(cfg)
     return OpenAIEngine(cfg)
 
 
 class _ChatTemplateTokens:
-    """Token counting with the model's own chat template (transformers and vLLM share the HF tokenizer)."""
+    """Token counting with the model's own chat template (the same tokenizer vLLM applies)."""
 
     tokenizer: Any
 
@@ -107,44 +110,66 @@ class TransformersEngine(_ChatTemplateTokens):
             out = await task
             n_new = int(out.shape[1]) - n_prompt
             finish = "length" if not stop.is_set() and n_new >= sampling.max_new_tokens else "stop"
-            yield {"finish_reason": finish, "prompt_tokens": n_prompt, "completion_tokens": n_new}
+            yield {"finish_reason": finish, "prompt_tokens": n_prompt, "completion_tokens": n_new, "model": self.model}
         finally:
             stop.set()  # cancelled or closed early: generate() returns at its next token
 
 
-class VLLMEngine(_ChatTemplateTokens):
-    """vLLM's async engine (V1 `AsyncLLM`) inside the replica: continuous batching across concurrent requests."""
+class ServeLLMEngine(_ChatTemplateTokens):
+    """vLLM in the LLM Serve application (`deployments/llm.py`), called by DeploymentHandle: the prompt is fitted
+    with the model's own tokenizer here, the engine batches every caller's sequences continuously there."""
 
     def __init__(self, cfg: GeneratorConfig):
         from transformers import AutoTokenizer
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
 
-        path = generator_model.resolve(cfg.model, cfg.cache_dir or envs.cache_dir())
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(
-            model=path, tensor_parallel_size=cfg.tensor_parallel_size,
-            gpu_memory_utilization=cfg.gpu_memory_utilization, max_model_len=cfg.max_model_len))
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.app = cfg.llm_app
         self.model = cfg.model
+        self._llm: Any = None
+
+    def handle(self) -> Any:
+        from ray import serve
+
+        # Looked up on first use (the LLM application may start after this replica), by deployment rather than
+        # application: while Serve rebuilds the application for a model swap it has no ingress to look up, but its
+        # LLM deployment keeps serving.
+        if self._llm is None:
+            self._llm = serve.get_deployment_handle(LLM_DEPLOYMENT, self.app)
+        return self._llm
+
+    async def served(self) -> str:
+        return str(await self.handle().served.remote())
 
     async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
-        params = SamplingParams(max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                                top_p=sampling.top_p, stop=list(sampling.stop) or None,
-                                output_kind=RequestOutputKind.DELTA)
-        n_new = 0
-        # AsyncLLM aborts the request itself when this generator is cancelled or closed
-        async for out in self.engine.generate(prompt=self.render(messages), sampling_params=params,
-                                              request_id=uuid.uuid4().hex):
-            piece = out.outputs[0]
-            n_new += len(piece.token_ids)
-            if piece.text:
-                yield {"text": piece.text}
-            if out.finished:
-                yield {"finish_reason": piece.finish_reason or "stop",
-                       "prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": n_new}
+        request = ChatCompletionRequest.model_validate({
+            "messages": messages, "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
+            "top_p": sampling.top_p, "stop": list(sampling.stop) or None, "stream": True,
+            "stream_options": {"include_usage": True}})
+        # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n") or error objects.
+        batches = self.handle().options(stream=True).chat.remote(request)
+        end: dict[str, Any] = {"finish_reason": "stop", "prompt_tokens": 0, "completion_tokens": 0,
+                               "model": self.model}
+        try:
+            async for batch in batches:
+                for item in batch:
+                    if not isinstance(item, str):  # vLLM's ErrorResponse: the request itself was refused
+                        raise ValueError(f"the LLM refused the request: {getattr(item, 'message', item)}")
+                    data = item.removeprefix("data: ").strip()
+                    if data == "[DONE]":
+                        continue
+                    chunk = json.loads(data)
+                    end["model"] = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
+                    for choice in chunk["choices"]:
+                        if text := choice["delta"].get("content"):
+                            yield {"text": text}
+                        end["finish_reason"] = choice.get("finish_reason") or end["finish_reason"]
+                    if usage := chunk.get("usage"):
+                        end.update(prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"])
+            yield end
+        finally:
+            batches.cancel()  # a caller gone: Serve cancels the LLM replica's generator, which aborts the sequence
 
 
 class OpenAIEngine:
@@ -179,4 +204,4 @@ class OpenAIEngine:
         finally:
             await chunks.close()  # closes the HTTP stream, which stops generation on the server
         yield {"finish_reason": finish, "prompt_tokens": usage.prompt_tokens if usage else 0,
-               "completion_tokens": usage.completion_tokens if usage else 0}
+               "completion_tokens": usage.completion_tokens if usage else 0, "model": self.model}

@@ -13,7 +13,9 @@ from tests.helpers import write_corpus
 @pytest.fixture(scope="session")
 def ray_cluster():
     # address="local": always a fresh cluster of our own, even if a `ray start` one runs on this machine
-    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+    # metrics exported every 2 s rather than Ray's 10: the vLLM tests read the engine's metrics where Prometheus does
+    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+             _system_config={"metrics_report_interval_ms": 2000})
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -42,7 +44,8 @@ def tiny_lm(tmp_path_factory) -> str:
     tokenizer = AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
     path = tmp_path_factory.mktemp("tiny-lm")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    # head_dim 32: the smallest vLLM's CPU attention takes (the hot-swap test serves this model)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)

