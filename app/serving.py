@@ -55,17 +55,18 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
         for d in app.get("deployments") or []:
             for key, value in (deployment_options or {}).get(d["name"], {}).items():
                 d[key] = {**d.get(key, {}), **value} if isinstance(value, dict) else value
-    def engine(args: dict[str, Any]) -> str:
-        return load_config(args.get("config_file") or envs.RAGLINE_CONFIG or None, args["overrides"],
-                           inline=args.get("config")).serve.generator.engine
-
     # the LLM application serves the vllm engine only: with another engine it is left out
     raw["applications"] = [a for a in raw["applications"]
-                           if a.get("import_path") != LLM or engine(a["args"]) == "vllm"]
+                           if a.get("import_path") != LLM or _generator_engine(a["args"]) == "vllm"]
     try:
         return ServeDeploySchema.model_validate(raw)
     except Exception as e:  # pydantic's message names the field
         raise ValueError(f"Serve config {p} is invalid: {e}") from e
+
+
+def _generator_engine(args: dict[str, Any]) -> str:
+    return load_config(args.get("config_file") or envs.RAGLINE_CONFIG or None, args["overrides"],
+                       inline=args.get("config")).serve.generator.engine
 
 
 def url_of(schema: Any, dashboard: str | None = None) -> str:

@@ -34,7 +34,7 @@ from ray import serve
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import apikeys, envs, serving  # noqa: E402
+from app import apikeys, envs  # noqa: E402
 from app.cli import write_demo_corpus  # noqa: E402
 from app.config import GeneratorConfig, load_config  # noqa: E402
 from app.ingest.pipeline import run_ingest  # noqa: E402
@@ -42,7 +42,7 @@ from app.models import generator as generator_model  # noqa: E402
 from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
 from app.rag.prompt import Message, build_prompt  # noqa: E402
 from app.storage import Storage  # noqa: E402
-from benchmarks.serve_bench import QUESTIONS  # noqa: E402
+from benchmarks.serve_bench import QUESTIONS, deploy  # noqa: E402
 
 CLIENTS = (1, 8, 32)
 ENGINES = ("vllm", "transformers")
@@ -182,20 +182,6 @@ def generating_rss_mb(engine: str) -> float:
     return total / 2**20
 
 
-def deploy(storage: Storage, engine: str, max_tokens: int, port: int) -> None:
-    # throughput, not load shedding: long queues and no request deadline (32 transformers streams take minutes)
-    options: dict[str, dict[str, Any]] = {"Generator": {"max_queued_requests": 1024}}
-    if engine == "transformers":  # serve_cpu.yaml's comment for this engine
-        options["Generator"] |= {"max_ongoing_requests": 4, "ray_actor_options": {"num_cpus": 0.5}}
-    schema = serving.load_serve_config(None, storage, None, [f"serve.generator.engine={engine}",
-                                                             f"serve.generator.max_new_tokens={max_tokens}",
-                                                             "serve.api.request_timeout_s=3600"],
-                                       deployment_options=options)
-    schema.http_options.port = port
-    schema.http_options.request_timeout_s = 3600
-    serving.deploy(schema)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
@@ -219,7 +205,10 @@ def main() -> None:
                                "cpus": psutil.cpu_count(), "command": "python benchmarks/generate_bench.py"}
     for engine in ENGINES:
         print(f"{engine}:", flush=True)
-        deploy(storage, engine, args.max_tokens, args.port)
+        # the transformers engine generates in the Generator replica: serve_cpu.yaml's settings for it
+        deploy(storage, [f"serve.generator.engine={engine}", f"serve.generator.max_new_tokens={args.max_tokens}"],
+               args.port, {"max_ongoing_requests": 4, "ray_actor_options": {"num_cpus": 0.5}}
+               if engine == "transformers" else None)
         r: dict[str, Any] = {"query": asyncio.run(measure(Query(url, key), args.repeats, "/v1/query (stream)"))}
         from transformers import AutoTokenizer
 

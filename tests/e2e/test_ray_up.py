@@ -186,7 +186,10 @@ def test_submit_ingest_serve_query_and_watch_over_rest(cluster):
 
     # the Serve graph on the cluster, through its dashboard
     port = free_port()
-    served = ragline(storage, url, "serve", "--port", str(port), "--json")
+    # the transformers engine: the cluster mechanics are under test here; vLLM through `ragline serve` runs in the
+    # demo test and tests/integration/test_serve.py (each vLLM start costs a minute of this 2-core CI)
+    served = ragline(storage, url, "--set", "serve.generator.engine=transformers", "serve", "--port", str(port),
+                     "--json")
     assert served.returncode == 0, served.stderr[-4000:]
     endpoint = json.loads(served.stdout)
     key = endpoint["new_api_key"]

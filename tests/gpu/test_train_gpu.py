@@ -1,6 +1,7 @@
-"""GPU paths of the training jobs (NCCL, bf16, FSDP2 and ZeRO-3 on CUDA) and vLLM loading the export.
-Skipped without CUDA (and, for vLLM, without the `gpu` extra)."""
+"""GPU paths of the training jobs (NCCL, bf16, FSDP2 and ZeRO-3 on CUDA), vLLM loading the export, and the LLM
+application on a GPU. Skipped without CUDA (and, for vLLM, without the `gpu` extra)."""
 
+import asyncio
 import importlib.util
 
 import pytest
@@ -54,3 +55,36 @@ def test_vllm_loads_the_exported_sft_model(gpu_ray, tmp_path):
     out = LLM(model=str(model_dir), gpu_memory_utilization=0.3).generate(["What is a lambda?"],
                                                                         SamplingParams(max_tokens=8))
     assert out[0].outputs[0].text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the gpu extra (vllm)")
+def test_the_llm_application_serves_on_gpu(gpu_ray, tmp_path):
+    """deployments/llm.py with serve.generator.device=gpu: Ray Serve LLM places vLLM on a GPU bundle and streams
+    a chat completion by handle, as the Generator calls it. Unrun where no GPU machine was at hand."""
+    from ray import serve
+
+    from app import envs
+    from app.config import GeneratorConfig
+    from app.models import generator as generator_model
+    from app.rag.engines import ServeLLMEngine
+    from deployments.llm import LLMArgs, build_llm_app
+
+    overrides = ["serve.generator.device=gpu", "serve.generator.gpu_memory_utilization=0.3",
+                 "serve.generator.max_context_tokens=1024"]
+    serve.run(build_llm_app(LLMArgs(storage=str(tmp_path / "store"), overrides=overrides)), name="ragline-llm",
+              route_prefix=None)
+    try:
+        path = generator_model.resolve("SmolLM2-135M-Instruct", envs.cache_dir())
+        engine = ServeLLMEngine(GeneratorConfig(model=path))
+        pieces = asyncio.run(_collect(engine))
+        assert "".join(p.get("text", "") for p in pieces).strip() and pieces[-1]["completion_tokens"] == 8
+        print(f"\n[gpu vllm via Serve] {pieces[-1]}")
+    finally:
+        serve.shutdown()
+
+
+async def _collect(engine) -> list[dict]:
+    from app.rag.engines import Sampling
+
+    return [p async for p in engine.stream([{"role": "user", "content": "What is a lambda?"}],
+                                           Sampling(max_new_tokens=8, temperature=0.0, top_p=1.0))]

@@ -32,9 +32,8 @@ def cfg() -> AppConfig:
     return load_config(None, ["ingest.read.max_error_fraction=0.5"])
 
 
-@pytest.fixture(scope="session")
-def tiny_lm(tmp_path_factory) -> str:
-    """A two-layer Llama with SmolLM2's tokenizer and chat template: the strategies are under test, not the model."""
+def tiny_llama(path: Path, hidden_size: int) -> str:
+    """A two-layer Llama with SmolLM2's tokenizer and chat template, four attention heads of hidden_size / 4."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -42,13 +41,23 @@ def tiny_lm(tmp_path_factory) -> str:
     from app.models import generator
 
     tokenizer = AutoTokenizer.from_pretrained(generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()))
-    path = tmp_path_factory.mktemp("tiny-lm")
     torch.manual_seed(0)
-    # head_dim 32: the smallest vLLM's CPU attention takes (the hot-swap test serves this model)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory) -> str:
+    """The training strategies are under test, not the model."""
+    return tiny_llama(tmp_path_factory.mktemp("tiny-lm"), 64)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_vllm(tmp_path_factory) -> str:
+    """The same with head_dim 32, the smallest vLLM's CPU attention takes: the model-swap test serves it."""
+    return tiny_llama(tmp_path_factory.mktemp("tiny-lm-vllm"), 128)

@@ -66,6 +66,14 @@ def test_serve_config_fills_both_applications_once(tmp_path):
     assert next(d for d in llm.deployments if d.name == "LLM").max_surge_percent == 100
 
 
+def test_a_remote_cluster_gets_the_config_inline_in_both_applications(tmp_path):
+    config = tmp_path / "ragline.yaml"
+    config.write_text("serve:\n  generator:\n    max_new_tokens: 99\n")
+    schema = serving.load_serve_config(None, Storage(str(tmp_path / "s")), str(config), [], remote=True)
+    for app in schema.applications:
+        assert app.args["config"] == {"serve": {"generator": {"max_new_tokens": 99}}} and not app.args["config_file"]
+
+
 def test_the_llm_application_is_left_out_for_other_engines(tmp_path):
     schema = serving.load_serve_config(None, Storage(str(tmp_path / "s")), None,
                                        ["serve.generator.engine=transformers"])
