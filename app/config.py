@@ -191,21 +191,30 @@ class GeneratorConfig(_Config):
     model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory, hub id, "
                        "catalog:NAME (the promoted version of a model Ragline trained, followed as it changes) or "
                        "catalog:NAME:VERSION (for openai: the model name the server knows).")
-    max_new_tokens: int = Field(default=160, ge=1, le=8192, description="Most tokens generated per answer.")
+    max_new_tokens: int = Field(default=64, ge=1, le=8192, description="Most tokens generated per answer (the "
+                                "default prompt asks for a short answer and its citation).")
     temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature; 0 is greedy.")
+    stop: list[str] = Field(default=["\n"], max_length=8, description="Strings that end an answer (a request's "
+                            "own `stop` replaces them). The default ends it with its first line: the short answer "
+                            "and citation. []: generate until the model stops or max_new_tokens.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_context_tokens: int = Field(
         default=2048, ge=256, description="Prompt + answer budget in tokens. Passages that do not fit are dropped, "
         "lowest-ranked first; the question is never cut. vllm: also the engine's context length unless "
         "max_model_len is set."
     )
-    passages: int = Field(default=4, ge=1, le=50, description="Most passages put in the prompt.")
+    passages: int = Field(default=3, ge=1, le=50, description="Most passages put in the prompt (the best-ranked "
+                          "of the retrieved top_k). Fewer, shorter prompts answer faster and, for a small model, "
+                          "better: see README, Answers.")
     system_prompt: str = Field(
-        default="Answer the question using only the numbered passages. After each fact, cite the passage it comes "
-        "from by its number in square brackets, like [1]. If the passages do not contain the answer, say that you "
-        "do not know.",
-        description="System message in front of every prompt.",
+        default="Answer the question with a short phrase copied from the numbered passages, then the number of the "
+        "passage it comes from in square brackets, like: Denver Broncos [2]. If no passage answers it, say: "
+        "{idk_answer}",
+        description="System message in front of every prompt; `{idk_answer}` stands for idk_answer.",
     )
+    idk_answer: str = Field(default="I don't know.", min_length=1, description="The answer when the passages do "
+                            "not hold one: `{idk_answer}` in system_prompt stands for it; fine-tuning (rag_qa) "
+                            "teaches it and `eval answers` counts it.")
     cache_dir: str | None = Field(default=None, description="Where the packaged GGUF is converted to safetensors. "
                                   "None: RAGLINE_CACHE or ~/.cache/ragline.")
     # vllm

@@ -40,7 +40,7 @@ from app.config import GeneratorConfig, load_config  # noqa: E402
 from app.ingest.pipeline import run_ingest  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
-from app.rag.prompt import Message, build_prompt  # noqa: E402
+from app.rag.prompt import Message, rag_prompt  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, deploy  # noqa: E402
 
@@ -116,17 +116,12 @@ class Query:
 def rag_prompts(url: str, key: str, gen: GeneratorConfig, tokenizer: Any) -> list[list[Message]]:
     """The prompts the graph builds: each question with its top passages, fitted with the model's tokenizer."""
 
-    def count(messages: list[Message]) -> int:
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
-
+    count = generator_model.ChatTemplateTokens(tokenizer).count_tokens
     out = []
     for q in QUESTIONS:
         hits = httpx.post(f"{url}/v1/retrieve", json={"query": q, "top_k": gen.passages},
                           headers={"Authorization": f"Bearer {key}"}, timeout=60).json()["hits"]
-        out.append(build_prompt(q, hits, system=gen.system_prompt, count_tokens=count,
-                                max_context_tokens=gen.max_context_tokens, max_new_tokens=gen.max_new_tokens,
-                                max_passages=gen.passages).messages)
+        out.append(rag_prompt(q, hits, gen, count).messages)
     return out
 
 
@@ -197,7 +192,7 @@ def main() -> None:
         run_ingest([str(corpus)], load_config(None, ["ingest.embed.concurrency=1"]), storage)
     key = apikeys.load(storage)[0][0]
     url = f"http://127.0.0.1:{args.port}"
-    gen = GeneratorConfig(max_new_tokens=args.max_tokens)
+    gen = GeneratorConfig(max_new_tokens=args.max_tokens, stop=[])
     path = generator_model.resolve(gen.model, envs.cache_dir())
 
     results: dict[str, Any] = {"date": dt.date.today().isoformat(), "max_tokens": args.max_tokens,
@@ -206,7 +201,9 @@ def main() -> None:
     for engine in ENGINES:
         print(f"{engine}:", flush=True)
         # the transformers engine generates in the Generator replica: serve_cpu.yaml's settings for it
-        deploy(storage, [f"serve.generator.engine={engine}", f"serve.generator.max_new_tokens={args.max_tokens}"],
+        # answers of a fixed length (no stop at the first line), so tokens/s compares like with like
+        deploy(storage, [f"serve.generator.engine={engine}", f"serve.generator.max_new_tokens={args.max_tokens}",
+                         "serve.generator.stop=[]"],
                args.port, {"max_ongoing_requests": 4, "ray_actor_options": {"num_cpus": 0.5}}
                if engine == "transformers" else None)
         r: dict[str, Any] = {"query": asyncio.run(measure(Query(url, key), args.repeats, "/v1/query (stream)"))}

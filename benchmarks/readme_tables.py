@@ -72,8 +72,30 @@ def generate_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
-TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table}
-SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py"}  # what writes each results file
+def answers_table(r: dict[str, Any], source: str) -> str:
+    first = next(iter(r["runs"].values()))
+    lines = [
+        f"SQuAD `{r['dataset']}` {r['split']} split, {first['questions']} questions spread over its articles, asked at "
+        f"`/v1/query` by `ragline eval answers` (index v{first['index_version']} of all the file's paragraphs, top "
+        f"{first['top_k']} retrieved; `{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| generator and prompt | F1 | exact match | citation accuracy | gold passage in prompt | \"I don't know\" | "
+        "answer tokens | latency p50 / p95 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, x in r["runs"].items():
+        label = {"plain": "plain RAG prompt (4 passages, 160 tokens)", "default": "Ragline default (tuned prompt)"}.get(
+            name, f"fine-tuned `{x['generator']}`")
+        lines.append(f"| {label} | {x['f1']:.1f} | {x['exact_match']:.1f} | {x['citation_accuracy']:.2f} | "
+                     f"{x['gold_in_context']:.2f} | {x['idk_rate']:.2f} | {x['answer_tokens']:.1f} | "
+                     f"{x['latency_p50_s']:.2f} / {x['latency_p95_s']:.2f} s |")
+    ratios = ", ".join(f"{k.removeprefix('f1_').replace('_over_', ' / ')} {v:.1f}x" for k, v in r["ratios"].items())
+    return "\n".join([*lines, "", f"F1 ratios: {ratios}."])
+
+
+TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
+                                                           "answers": answers_table}
+SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

@@ -28,8 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app import tracking  # noqa: E402
 from app.storage import Storage  # noqa: E402
-from app.train import tracking  # noqa: E402
 from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.run import run_training  # noqa: E402
 from app.train.sft_data import SFTTokenize, collate_lm  # noqa: E402

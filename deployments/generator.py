@@ -21,7 +21,7 @@ from app import envs
 from app.models import generator as generator_model
 from app.models import trained
 from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
-from app.rag.prompt import Message, build_prompt
+from app.rag.prompt import Message, rag_prompt
 from deployments.settings import Settings
 
 log = logging.getLogger("ray.serve")
@@ -68,7 +68,8 @@ class Generator:
                  stop: list[str] | None) -> Sampling:
         return Sampling(max_new_tokens=min(max_tokens or self.cfg.max_new_tokens, self.cfg.max_new_tokens),
                         temperature=self.cfg.temperature if temperature is None else temperature,
-                        top_p=self.cfg.top_p if top_p is None else top_p, stop=tuple(stop or ()))
+                        top_p=self.cfg.top_p if top_p is None else top_p,
+                        stop=tuple(self.cfg.stop if stop is None else stop))
 
     async def stream(self, question: str, passages: list[dict[str, Any]], history: list[Message] | None = None,
                      max_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
@@ -76,10 +77,8 @@ class Generator:
         """First `{"passages": n}` (how many passages fit the prompt), then the engine's pieces, then the end."""
         sampling = self.sampling(max_tokens, temperature, top_p, stop)
         engine = self.engine  # one engine for the whole request, even if a promotion swaps it meanwhile
-        prompt = build_prompt(question, passages, system=self.cfg.system_prompt,
-                              count_tokens=engine.count_tokens, max_context_tokens=self.cfg.max_context_tokens,
-                              max_new_tokens=sampling.max_new_tokens, max_passages=self.cfg.passages,
-                              history=history or [])
+        prompt = rag_prompt(question, passages, self.cfg, engine.count_tokens, max_new_tokens=sampling.max_new_tokens,
+                            history=history or [])
         yield {"passages": len(prompt.passages)}
         async for piece in engine.stream(prompt.messages, sampling):
             if "completion_tokens" in piece:

@@ -93,7 +93,7 @@ def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_si
 
 def metric_history(record: dict, key: str) -> list[tuple[int, float]]:
     """(step, value) of one metric of a finished training run, read back from its MLflow run."""
-    from app.train import tracking
+    from app import tracking
 
     client = tracking.client(record["mlflow"]["uri"])
     return sorted((m.step, m.value) for m in client.get_metric_history(record["mlflow"]["run_id"], key))

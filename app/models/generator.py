@@ -87,3 +87,17 @@ def load(path: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
     return model, AutoTokenizer.from_pretrained(path)
+
+
+class ChatTemplateTokens:
+    """Prompt tokens as the model sees them: its own chat template, generation prompt included (what vLLM
+    applies to a chat request), so prompts fitted here fit the engine."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])

@@ -46,24 +46,12 @@ def make_engine(cfg: GeneratorConfig) -> Engine:
     return OpenAIEngine(cfg)
 
 
-class _ChatTemplateTokens:
-    """Token counting with the model's own chat template (the same tokenizer vLLM applies)."""
-
-    tokenizer: Any
-
-    def render(self, messages: list[Message]) -> str:
-        return str(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
-
-    def count_tokens(self, messages: list[Message]) -> int:
-        return len(self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"])
-
-
 def _cut_at_stop(text: str, stop: tuple[str, ...]) -> int:
     """Index where the first stop string starts in `text` (len(text) if none does)."""
     return min((i for s in stop if (i := text.find(s)) >= 0), default=len(text))
 
 
-class TransformersEngine(_ChatTemplateTokens):
+class TransformersEngine(generator_model.ChatTemplateTokens):
     """transformers `generate` in a worker thread, streamed token by token (the CPU default)."""
 
     def __init__(self, cfg: GeneratorConfig):
@@ -115,7 +103,7 @@ class TransformersEngine(_ChatTemplateTokens):
             stop.set()  # cancelled or closed early: generate() returns at its next token
 
 
-class ServeLLMEngine(_ChatTemplateTokens):
+class ServeLLMEngine(generator_model.ChatTemplateTokens):
     """vLLM in the LLM Serve application (`deployments/llm.py`), called by DeploymentHandle: the prompt is fitted
     with the model's own tokenizer here, the engine batches every caller's sequences continuously there."""
 

@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.config import GeneratorConfig
+
 Message = dict[str, str]
 CountTokens = Callable[[list[Message]], int]  # tokens of the rendered chat prompt, generation prompt included
 
@@ -28,8 +30,9 @@ def render_passages(passages: Sequence[dict[str, Any]]) -> str:
 def user_turn(question: str, passages: Sequence[dict[str, Any]]) -> str:
     if not passages:
         return f"There are no passages.\n\nQuestion: {question}"
-    return (f"Passages:\n\n{render_passages(passages)}\n\nQuestion: {question}\n"
-            "Answer in one or two sentences and cite the passage number, like [1].")
+    # the question before the passages too: a small model keeps track of what it is looking for
+    return (f"Question: {question}\n\nPassages:\n\n{render_passages(passages)}\n\nQuestion: {question}\n"
+            "Answer with a short phrase from the passages, then its passage number, like [1].")
 
 
 def build_prompt(question: str, passages: Sequence[dict[str, Any]], *, system: str, count_tokens: CountTokens,
@@ -57,3 +60,16 @@ def build_prompt(question: str, passages: Sequence[dict[str, Any]], *, system: s
             raise ValueError(f"the question needs {n} tokens with the prompt, more than the {budget} the model's "
                              f"window leaves after {max_new_tokens} answer tokens")
     return Prompt(messages(), kept, n)
+
+
+def system_text(cfg: GeneratorConfig) -> str:
+    return cfg.system_prompt.replace("{idk_answer}", cfg.idk_answer)
+
+
+def rag_prompt(question: str, passages: Sequence[dict[str, Any]], cfg: GeneratorConfig, count_tokens: CountTokens,
+               *, max_new_tokens: int | None = None, history: Sequence[Message] = ()) -> Prompt:
+    """The prompt the Generator serves for `cfg` (and QA fine-tuning trains on, so the two never drift)."""
+    return build_prompt(question, passages, system=system_text(cfg), count_tokens=count_tokens,
+                        max_context_tokens=cfg.max_context_tokens,
+                        max_new_tokens=max_new_tokens or cfg.max_new_tokens, max_passages=cfg.passages,
+                        history=history)

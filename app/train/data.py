@@ -25,6 +25,9 @@ from app.train.reranker_data import MineNegatives, PairTokenize, self_pairs
 from app.train.sft_data import SFTTokenize, pack
 
 SHOW_BAD = 5  # bad records named in the error
+# CPUs each preparation task or actor asks for: a fraction, so preparing data fits beside a Serve graph that holds
+# most of a small machine's CPUs (asking for whole ones waited forever on 2 cores)
+PREP_CPUS = 0.25
 
 
 @dataclass
@@ -40,7 +43,8 @@ def prepare(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
     """The task's training rows, in the same order on every run: a stopped run that starts again skips exactly the
     examples its checkpoint had consumed."""
     with _ordered():
-        return prepare_sft(cfg, model_path) if cfg.task == "sft" else prepare_reranker(cfg, model_path, storage)
+        return prepare_sft(cfg, model_path, storage) if cfg.task == "sft" else \
+            prepare_reranker(cfg, model_path, storage)
 
 
 @contextmanager
@@ -67,53 +71,76 @@ def _records(paths: list[str]) -> ray.data.Dataset:
     parts = []
     jsonl = [f for f in files if not f.endswith(".parquet")]
     if jsonl:
-        lines = ray.data.read_text(jsonl, include_paths=True, filesystem=fs).filter(lambda r: bool(r["text"].strip()))
+        lines = ray.data.read_text(jsonl, include_paths=True, filesystem=fs, ray_remote_args={"num_cpus": PREP_CPUS})
+        lines = lines.filter(lambda r: bool(r["text"].strip()), num_cpus=PREP_CPUS)
         parts.append(lines.map_batches(lambda t: pa.table({"record": t["text"], "source": t["path"]}),
-                                       batch_format="pyarrow"))
+                                       batch_format="pyarrow", num_cpus=PREP_CPUS))
     parquet = [f for f in files if f.endswith(".parquet")]
     if parquet:
-        rows = ray.data.read_parquet(parquet, include_paths=True, filesystem=fs)
+        rows = ray.data.read_parquet(parquet, include_paths=True, filesystem=fs,
+                                     ray_remote_args={"num_cpus": PREP_CPUS})
         parts.append(rows.map_batches(
             lambda t: pa.table({"record": [json.dumps({k: v for k, v in r.items() if k != "path"}, default=str)
                                            for r in t.to_pylist()],
-                                "source": t["path"]}), batch_format="pyarrow"))
+                                "source": t["path"]}), batch_format="pyarrow", num_cpus=PREP_CPUS))
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
 
 
 def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Dataset, dict[str, Any]]:
     """Count drops by reason; fail naming the first bad records, or filter them out (on_bad_record: skip)."""
     ds = ds.materialize()
-    by_reason = Counter({r["drop"]: r["count()"] for r in ds.groupby("drop").count().take_all()})
+    # counted on the driver from the one short column: a groupby shuffles through whole-CPU tasks
+    drops = ds.select_columns(["drop"], num_cpus=PREP_CPUS)
+    by_reason = Counter(str(d) for b in drops.iter_batches(batch_format="numpy") for d in b["drop"])
     kept = by_reason.pop("", 0)
     counts = {"records": kept + sum(by_reason.values()), "kept": kept, "dropped": dict(sorted(by_reason.items()))}
     if by_reason and cfg.on_bad_record == "fail":
-        bad = ds.filter(lambda r: r["drop"] != "").take(SHOW_BAD)
+        bad = ds.filter(lambda r: r["drop"] != "", num_cpus=PREP_CPUS).take(SHOW_BAD)
         lines = [f"  {r['source']}: {r['drop']}: {r['detail']}" for r in bad]
         raise ValueError(f"{sum(by_reason.values())} of {counts['records']} training records are bad "
                          f"({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}); first ones:\n"
                          + "\n".join(lines) + "\nfix them, or set on_bad_record: skip to drop and count them")
     if not kept:
         raise ValueError(f"no usable training record (dropped: {counts['dropped']})")
-    return ds.filter(lambda r: r["drop"] == ""), counts
+    return ds.filter(lambda r: r["drop"] == "", num_cpus=PREP_CPUS), counts
 
 
-def prepare_sft(cfg: TrainJobConfig, model_path: str) -> Prepared:
+def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> ray.data.Dataset:
+    """Examples in the serving format (app/train/rag_qa.py), as {record, source} rows like the files' records."""
+    from app.config import AppConfig
+    from app.train.config import with_serving
+    from app.train.rag_qa import RagQAExamples, question_rows
+
+    # the default serving config where the caller (run_training without the CLI) filled in none
+    rq = with_serving(cfg.model_copy(deep=True), AppConfig()).sft.rag_qa
+    assert rq is not None
+    return ray.data.from_items(question_rows(rq)).map_batches(
+        RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64, concurrency=1,
+        num_cpus=PREP_CPUS)
+
+
+def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None:
         raise ValueError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
-    ds = _records(cfg.sft.paths).map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()),
-                                              batch_size=256, concurrency=1)
+    parts = ([_records(cfg.sft.paths)] if cfg.sft.paths else []) + \
+        ([_rag_qa_records(cfg, model_path, storage)] if cfg.sft.rag_qa else [])
+    records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
+    ds = records.map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()), batch_size=256,
+                             concurrency=1, num_cpus=PREP_CPUS)
     ds, counts = _reconcile(ds, cfg)
-    ds = ds.select_columns(["input_ids", "labels"])
+    ds = ds.select_columns(["input_ids", "labels"], num_cpus=PREP_CPUS)
     if cfg.sft.packing:
         ds = ds.map_batches(pack, fn_kwargs={"max_length": cfg.sft.max_length},  # type: ignore[arg-type]
-                            batch_size=4096)
-        ds = ds.select_columns(["input_ids", "labels"])
+                            batch_size=4096, num_cpus=PREP_CPUS)
+        ds = ds.select_columns(["input_ids", "labels"], num_cpus=PREP_CPUS)
     ds = ds.materialize()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Prepared(ds, ds.count(), counts, int(pad), {"paths": cfg.sft.paths})
+    rq = cfg.sft.rag_qa
+    source = {"paths": cfg.sft.paths, **({"rag_qa": rq.dataset, "split": rq.split} if rq else {})}
+    return Prepared(ds, ds.count(), counts, int(pad), source)
 
 
 def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[dict[str, Any]], Storage]:

@@ -21,8 +21,9 @@ import ray.train
 import torch
 import torch.distributed as dist
 
+from app import tracking
 from app.storage import Storage
-from app.train import metrics, tracking
+from app.train import metrics
 from app.train.config import TrainJobConfig
 from app.train.reranker_data import collate_groups
 from app.train.sft_data import collate_lm
@@ -47,7 +48,7 @@ def train_loop(config: dict[str, Any]) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
-    torch.set_num_threads(max(1, round(cfg.cpus_per_worker)))
+    torch.set_num_threads(cfg.torch_threads or max(1, round(cfg.cpus_per_worker)))
     random.seed(cfg.seed + rank)
     np.random.seed(cfg.seed + rank)
 

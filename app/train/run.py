@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app import tracking
 from app.catalog import Catalog, now_iso
 from app.storage import Storage
-from app.train import tracking
 from app.train.config import TrainJobConfig
 
 RUN_RECORDS = "runs/train"
@@ -35,7 +35,10 @@ def validate(cfg: TrainJobConfig) -> str:
     from app.train.task import resolve_model
 
     if cfg.task == "sft":
-        expand(cfg.sft.paths)
+        if cfg.sft.paths:
+            expand(cfg.sft.paths)
+        if cfg.sft.rag_qa is not None and not Path(cfg.sft.rag_qa.dataset).is_file():
+            raise ValueError(f"sft.rag_qa.dataset {cfg.sft.rag_qa.dataset} is not a file")
     elif cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
         raise ValueError(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
     return resolve_model(cfg)

@@ -9,6 +9,7 @@ import torch
 
 from app import envs
 from app.train.config import TrainJobConfig
+from app.train.sft_data import IGNORE
 
 
 def resolve_model(cfg: TrainJobConfig) -> str:
@@ -28,6 +29,16 @@ def build_model(cfg: TrainJobConfig, path: str) -> torch.nn.Module:
     model: Any
     if cfg.task == "sft":
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if cfg.freeze_layers:
+            from app.train.strategies import transformer_blocks
+
+            blocks = transformer_blocks(model)
+            if cfg.freeze_layers >= len(blocks):
+                raise ValueError(f"freeze_layers {cfg.freeze_layers} leaves nothing to train: {cfg.model_name} has "
+                                 f"{len(blocks)} blocks")
+            model.get_input_embeddings().requires_grad_(False)
+            for block in blocks[: cfg.freeze_layers]:
+                block.requires_grad_(False)
         if cfg.lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -42,20 +53,34 @@ def build_model(cfg: TrainJobConfig, path: str) -> torch.nn.Module:
     return model
 
 
+def _predicting(labels: torch.Tensor) -> torch.Tensor:
+    """Positions t (1-D, ascending) whose next token is labelled in some row of the micro-batch (B, T)."""
+    return (labels[:, 1:] != IGNORE).any(dim=0).nonzero().squeeze(1)
+
+
 def loss_of(cfg: TrainJobConfig, out: Any, batch: dict[str, Any]) -> torch.Tensor:
-    """sft: the model's shifted token cross-entropy over labelled tokens. reranker: listwise softmax
-    cross-entropy over each group's logits (B, G), the positive at index 0."""
+    """sft: token cross-entropy of the logits kept at `_predicting` positions against the next tokens (the mean
+    over labelled tokens, as the model's own loss). reranker: listwise softmax cross-entropy over each group's
+    logits (B, G), the positive at index 0."""
     if cfg.task == "sft":
-        return out.loss
+        keep = _predicting(batch["labels"])
+        targets = batch["labels"][:, keep + 1].to(out.logits.device)  # (B, K)
+        return torch.nn.functional.cross_entropy(out.logits.flatten(0, 1).float(), targets.flatten(),
+                                                 ignore_index=IGNORE)
     logits = out.logits.view(-1, batch["group_size"]).float()
     return torch.nn.functional.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long,
                                                                    device=logits.device))
 
 
 def model_inputs(cfg: TrainJobConfig, batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
-    keys = ("input_ids", "attention_mask", "labels") if cfg.task == "sft" else \
-        ("input_ids", "attention_mask", "token_type_ids")
-    return {k: batch[k].to(device) for k in keys}
+    if cfg.task == "sft":
+        # Logits only where the loss needs them: at every position, the LM head over a 49k-token vocabulary was
+        # almost half of a bf16 SmolLM2-135M step on CPU, and an answer is a few tokens after hundreds of prompt.
+        keep = _predicting(batch["labels"])
+        assert keep.numel() > 0, "a micro-batch with no labelled token (empty answers are dropped before)"
+        return {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device),
+                "logits_to_keep": keep.to(device)}
+    return {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
 def export(cfg: TrainJobConfig, path: str, state: dict[str, torch.Tensor], directory: Path) -> None:

@@ -33,8 +33,9 @@ DEPLOYMENT_OPTIONS = {
     "Generator": {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 2, "max_queued_requests": 2},
 }
 # a 1 GiB KV cache is plenty for these answers; two LLM replicas (a model swap) fit beside the graph. Requests
-# ask for short answers (max_tokens); the budget is long so the abort test can start a long one.
-OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.kv_cache_gib=1",
+# ask for short answers (max_tokens); the budget is long, and no stop string ends it, so the abort test can start
+# a long one.
+OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
              "serve.retriever.poll_interval_s=0.5", "serve.reranker.poll_interval_s=0.5"]
 
 
@@ -57,8 +58,8 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm):
     write_corpus(tmp / "corpus")
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
     run_ingest([str(tmp / "corpus")], cfg, storage)
-    # two SFT versions for the model-swap test, trained before the graph takes its CPUs: Ray Data's training-data
-    # tasks and actors ask for a whole CPU each, which a 2-CPU cluster serving the graph does not have
+    # two SFT versions for the model-swap test, trained before the graph takes its CPUs (a training worker asks
+    # for a whole one)
     sft = [train_sft(storage, tiny_lm_vllm, name) for name in ("sft-a", "sft-b")]
     key = apikeys.load(storage)[0][0]
     schema = serving.load_serve_config(None, storage, None, OVERRIDES, deployment_options=DEPLOYMENT_OPTIONS)
@@ -307,6 +308,58 @@ def test_a_client_that_disconnects_aborts_its_sequence(served):
     finished_after, tokens_after = settled()  # an unaborted first request would have finished by now
     assert finished_after == finished + 1
     assert tokens_after - tokens - after < 100
+
+
+def _question_set(path, doc_id: str = "zebra"):
+    rows = [{"question": QUESTION, "answers": ["every July", "July"], "doc_id": doc_id},
+            {"question": "Which animals leave the Serengeti with the zebras?", "answers": ["wildebeest"],
+             "doc_id": doc_id},
+            {"question": "Where do the zebras find fresh grazing?", "answers": ["the Maasai Mara"], "doc_id": doc_id}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_answer_eval_asks_the_endpoint_and_stores_a_scored_run(served, tmp_path):
+    from app import tracking
+    from app.eval.answers import EXPERIMENT, Endpoint, evaluate_answers, load_runs
+
+    storage, endpoint = served["storage"], Endpoint(served["url"], served["key"])
+    report = evaluate_answers(_question_set(tmp_path / "qs.jsonl"), "all", endpoint, storage, idk="I don't know.",
+                              max_tokens=16, concurrency=2)  # the Generator here takes 2 at a time
+    assert report.questions == 3 and report.errors == 0 and report.gold_in_context == 1.0
+    assert report.generator == "SmolLM2-135M-Instruct" and report.index_version == 1
+    assert 0 <= report.exact_match <= report.f1 <= 100 and 0 <= report.citation_accuracy <= 1
+    assert report.answer_tokens > 0 and 0 < report.latency_p50_s <= report.latency_p95_s and report.tokens_per_s > 0
+    assert load_runs(storage)[-1] == report
+    rows = storage.read_bytes(f"runs/eval/{report.run_id}.rows.jsonl").decode().splitlines()
+    assert [json.loads(r)["qid"] for r in rows] == ["1", "2", "3"]
+    client = tracking.client(tracking.tracking_uri(None, storage))
+    logged = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
+    assert [(r.info.run_name, r.data.metrics["f1"]) for r in logged] == [(report.run_id, report.f1)]
+
+    with pytest.raises(ValueError, match="3 of 3 questions refer to 1 documents that index version 1 does not hold"):
+        evaluate_answers(_question_set(tmp_path / "bad.jsonl", "no-such-doc"), "all", endpoint, storage,
+                         idk="I don't know.")
+
+
+def test_rag_qa_examples_are_the_prompts_the_graph_serves(served, tiny_lm, tmp_path):
+    from transformers import AutoTokenizer
+
+    from app.train.config import TrainJobConfig, with_serving
+    from app.train.data import prepare
+    from app.train.sft_data import IGNORE
+
+    job = with_serving(TrainJobConfig.model_validate({"task": "sft", "model": tiny_lm, "sft": {
+        "max_length": 1024, "rag_qa": {"dataset": str(_question_set(tmp_path / "qs.jsonl")), "split": "all"}}}),
+        served["cfg"])
+    prepared = prepare(job, tiny_lm, served["storage"])
+    assert prepared.counts == {"records": 3, "kept": 3, "dropped": {}}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_lm)
+    rows = prepared.dataset.take_all()
+    answers = [tokenizer.decode([t for t in r["labels"] if t != IGNORE]) for r in rows]
+    assert answers[0].startswith("every July [1]") and answers[1].startswith("wildebeest [1]"), answers
+    prompt = tokenizer.decode(rows[0]["input_ids"])
+    assert prompt.count(f"Question: {QUESTION}") == 2 and "[1] Zebra migration" in prompt
 
 
 def test_a_promoted_sft_model_is_swapped_into_vllm_under_load_with_no_failed_request(served):

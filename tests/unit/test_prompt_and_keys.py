@@ -12,9 +12,10 @@ def words(messages):  # a stand-in tokenizer: one token per word
 PASSAGES = [{"title": f"T{i}", "text": " ".join(["w"] * 50)} for i in range(5)]
 
 
-def test_passages_are_numbered_and_the_question_comes_last():
+def test_passages_are_numbered_and_the_question_comes_first_and_last():
     text = user_turn("why?", PASSAGES[:2])
-    assert text.index("[1] T0") < text.index("[2] T1") < text.index("Question: why?")
+    assert text.startswith("Question: why?")
+    assert text.index("[1] T0") < text.index("[2] T1") < text.rindex("Question: why?")
     assert "[1] plain" in user_turn("q", [{"title": "", "text": "plain"}])
 
 

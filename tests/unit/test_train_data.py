@@ -14,6 +14,7 @@ from app.train.config import SFTDataConfig, TrainJobConfig, load_job_config
 from app.train.metrics import flops_per_token
 from app.train.sft_data import IGNORE, BadRecord, SFTTokenize, collate_lm, encode, pack, to_messages
 from app.train.strategies import lr_factor
+from tests.helpers import ROOT
 
 CFG = SFTDataConfig(paths=["x.jsonl"])
 
@@ -97,10 +98,26 @@ def test_flops_per_token_follows_palm():
     ({"sft": {"paths": ["x"], "max_lenght": 5}}, "max_lenght"),
     ({"register_as": "a b"}, "register_as"),
     ({"epochs": 0}, "epochs"),
+    ({"freeze_layers": 4, "lora": {}}, "with lora the base model is frozen already"),
+    ({"sft": {"rag_qa": {"dataset": "q.json", "split": "test"}}}, "rag_qa.split"),
+    ({"sft": {"rag_qa": {"dataset": "q.json", "idk_fraction": 1}}}, "idk_fraction"),
 ])
 def test_job_config_rejects(fields, message):
     with pytest.raises(ValueError, match=message):
         TrainJobConfig.model_validate({"task": "sft", "sft": {"paths": ["x.jsonl"]}} | fields)
+
+
+def test_the_rag_qa_job_trains_on_the_serving_prompt():
+    from app.config import load_config
+    from app.train.config import with_serving
+
+    cfg = load_job_config(ROOT / "deployments/jobs/rag_qa.yaml", "sft", ["sft.rag_qa.limit=10"])
+    assert cfg.sft.paths == [] and cfg.sft.rag_qa is not None and cfg.sft.rag_qa.generator is None
+    assert cfg.precision == "bf16" and cfg.freeze_layers == 20 and cfg.torch_threads == 2
+    serving = load_config(None, ["serve.generator.passages=2"])
+    filled = with_serving(cfg, serving).sft.rag_qa
+    assert filled is not None and filled.generator == serving.serve.generator and filled.search == serving.search
+    assert filled.dataset == os.path.abspath("../shared/datasets/squad/dev-a-v1.1.json")
 
 
 def test_placement_strategy_is_one_of_rays():

@@ -1,5 +1,5 @@
-"""MLflow tracking of training runs through `MlflowClient` (no global active run, so the driver and rank 0
-can each write to the same run)."""
+"""MLflow tracking of training and eval runs through `MlflowClient` (no global active run, so the driver and
+rank 0 can each write to the same run)."""
 
 from __future__ import annotations
 
@@ -30,13 +30,14 @@ def client(uri: str) -> Any:
     return MlflowClient(uri)
 
 
-def start_run(uri: str, name: str, params: dict[str, Any], run_id: str | None) -> str:
-    """The run of an earlier attempt (`run_id`), or a new one in the ragline experiment with `params` logged."""
+def start_run(uri: str, name: str, params: dict[str, Any], run_id: str | None,
+              experiment: str = EXPERIMENT) -> str:
+    """The run of an earlier attempt (`run_id`), or a new one in `experiment` with `params` logged."""
     c = client(uri)
     if run_id:
         return run_id
-    experiment = c.get_experiment_by_name(EXPERIMENT)
-    experiment_id = experiment.experiment_id if experiment else c.create_experiment(EXPERIMENT)
+    found = c.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else c.create_experiment(experiment)
     run_id = c.create_run(experiment_id, run_name=name).info.run_id
     for k, v in _flat(params).items():
         if v is not None:

@@ -1,0 +1,241 @@
+"""Answer quality of a served graph, asked exactly as users ask it: each question goes to `/v1/query` over HTTP
+from a Ray Data pipeline (so a long question set fans out over actors), then the driver scores the answers.
+
+Scores: SQuAD exact match and F1 (the official normalisation, max over gold answers), citation accuracy (the first
+passage the answer cites is the gold document or holds a gold answer), the "I don't know" rate, answer length in
+tokens, latency p50/p95 and tokens/s. Each run is stored under `runs/eval/` (the report, and one row per question
+for error analysis) and logged to MLflow (experiment `ragline-eval`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from app import tracking
+from app.catalog import Catalog, now_iso
+from app.qa import metrics as am
+from app.qa.questions import Question, load_questions, sample
+from app.storage import Storage
+
+RUNS = "runs/eval"
+EXPERIMENT = "ragline-eval"
+PER_ACTOR = 4  # most requests one asking actor keeps in flight
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    key: str
+    timeout_s: float = 300.0
+
+
+class AnswerEvalReport(BaseModel):
+    """One evaluation run. Rates are fractions in [0, 1]; exact_match and f1 are percentages, as SQuAD reports."""
+
+    run_id: str
+    dataset: str
+    split: str
+    questions: int  # asked
+    errors: int  # requests that failed (scored as empty answers)
+    index_version: int
+    generator: str  # the model version that answered (the last one, if a promotion happened meanwhile)
+    top_k: int
+    exact_match: float
+    f1: float
+    citation_accuracy: float
+    gold_in_context: float  # the gold document was among the passages the prompt held
+    idk_rate: float
+    answer_tokens: float  # mean completion tokens
+    latency_p50_s: float
+    latency_p95_s: float
+    tokens_per_s: float  # completion tokens of the whole run / its wall time
+    wall_s: float
+    started_at: str
+
+
+@dataclass(frozen=True)
+class Scored:
+    qid: str
+    question: str
+    answers: tuple[str, ...]
+    answer: str
+    exact_match: float
+    f1: float
+    cited_ok: bool
+    gold_in_context: bool
+    idk: bool
+    completion_tokens: int
+    latency_s: float
+    error: str
+
+
+class AskEndpoint:
+    """map_batches callable: rows {qid, question} → the endpoint's answer, the passages its prompt held, tokens,
+    latency and error ("" when it answered), one request per row, the batch's requests in flight together."""
+
+    def __init__(self, endpoint: Endpoint, params: dict[str, Any], in_flight: int):
+        import httpx
+
+        self.endpoint, self.params = endpoint, params
+        self.client = httpx.Client(timeout=endpoint.timeout_s, headers={"Authorization": f"Bearer {endpoint.key}"})
+        self.pool = ThreadPoolExecutor(in_flight)
+
+    def ask(self, question: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
+                             json={"question": question, **self.params})
+        latency = time.perf_counter() - t0
+        if r.status_code != 200:
+            return {"answer": "", "chunk_ids": [], "doc_ids": [], "completion_tokens": 0, "latency_s": latency,
+                    "model": "", "index_version": 0, "error": f"HTTP {r.status_code}: {r.text[:300]}"}
+        body = r.json()
+        return {"answer": body["answer"], "chunk_ids": [c["chunk_id"] for c in body["citations"]],
+                "doc_ids": [c["doc_id"] for c in body["citations"]],
+                "completion_tokens": int(body["usage"]["completion_tokens"] or 0), "latency_s": latency,
+                "model": body["models"]["generator"], "index_version": int(body["index_version"]), "error": ""}
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        answers = list(self.pool.map(self.ask, [str(q) for q in batch["question"]]))
+        return {"qid": list(batch["qid"]), **{k: [a[k] for a in answers] for k in answers[0]}}
+
+
+def served_index(endpoint: Endpoint, probe: str) -> int:
+    """The index version the endpoint serves (it answers /v1/retrieve with it)."""
+    import httpx
+
+    r = httpx.post(f"{endpoint.url.rstrip('/')}/v1/retrieve", json={"query": probe, "top_k": 1},
+                   headers={"Authorization": f"Bearer {endpoint.key}"}, timeout=endpoint.timeout_s)
+    if r.status_code != 200:
+        raise ValueError(f"{endpoint.url} answered /v1/retrieve with {r.status_code}: {r.text[:300]}")
+    return int(r.json()["index_version"])
+
+
+def check_documents(questions: list[Question], doc_ids: set[str], version: int) -> None:
+    """Questions whose gold document the index lacks could only score zero: that is the user's error, named."""
+    missing = sorted({q.doc_id for q in questions} - doc_ids)
+    if missing:
+        asked = sum(q.doc_id in set(missing) for q in questions)
+        raise ValueError(f"{asked} of {len(questions)} questions refer to {len(missing)} documents that index "
+                         f"version {version} does not hold (first: {', '.join(missing[:3])}). Ingest the question "
+                         "set's corpus first (for SQuAD: `ragline eval corpus DATASET corpus.jsonl`, then "
+                         "`ragline ingest corpus.jsonl`)")
+
+
+def score(questions: list[Question], rows: list[dict[str, Any]], chunk_text: dict[str, str],
+          idk: str) -> list[Scored]:
+    """One Scored per question; `rows` are AskEndpoint's outputs in any order, `chunk_text` the index's chunks."""
+    by_qid = {r["qid"]: r for r in rows}
+    out = []
+    for q in questions:
+        r = by_qid[q.qid]
+        cited = am.cited_numbers(r["answer"])
+        cited_ok = False
+        if cited and 1 <= cited[0] <= len(r["chunk_ids"]):
+            n = cited[0] - 1
+            cited_ok = r["doc_ids"][n] == q.doc_id or am.contains_answer(chunk_text.get(r["chunk_ids"][n], ""),
+                                                                          q.answers)
+        out.append(Scored(q.qid, q.question, q.answers, r["answer"], am.exact_match(r["answer"], q.answers),
+                          am.f1(r["answer"], q.answers), cited_ok, q.doc_id in r["doc_ids"],
+                          am.is_idk(r["answer"], idk), int(r["completion_tokens"]), float(r["latency_s"]),
+                          r["error"]))
+    return out
+
+
+def summarize(scored: list[Scored], *, run_id: str, dataset: str, split: str, index_version: int, generator: str,
+              top_k: int, wall_s: float, started_at: str) -> AnswerEvalReport:
+    n = len(scored)
+    assert n > 0
+    latencies = [s.latency_s for s in scored if not s.error]
+    tokens = sum(s.completion_tokens for s in scored)
+
+    def pct(q: float) -> float:
+        return round(float(np.percentile(latencies, q)), 3) if latencies else math.nan
+
+    def rate(values: list[bool] | list[float]) -> float:
+        return round(sum(values) / n, 4)
+
+    return AnswerEvalReport(
+        run_id=run_id, dataset=dataset, split=split, questions=n, errors=sum(bool(s.error) for s in scored),
+        index_version=index_version, generator=generator, top_k=top_k,
+        exact_match=round(100 * sum(s.exact_match for s in scored) / n, 2),
+        f1=round(100 * sum(s.f1 for s in scored) / n, 2),
+        citation_accuracy=rate([s.cited_ok for s in scored]), gold_in_context=rate([s.gold_in_context for s in scored]),
+        idk_rate=rate([s.idk for s in scored]), answer_tokens=round(tokens / n, 2),
+        latency_p50_s=pct(50), latency_p95_s=pct(95), tokens_per_s=round(tokens / wall_s, 2) if wall_s else 0.0,
+        wall_s=round(wall_s, 2), started_at=started_at)
+
+
+def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Storage, *, idk: str,
+                     limit: int | None = None, top_k: int = 5, max_tokens: int | None = None, concurrency: int = 8,
+                     mlflow_uri: str | None = None) -> AnswerEvalReport:
+    """Ask the split's questions (or `limit` of them) at the endpoint, score, store and log the run. Needs a
+    connected Ray; `storage` is the root the endpoint serves (its index names the documents and their text).
+    `max_tokens` caps answers below the server's own budget (None: the server's)."""
+    import ray.data
+
+    from app.index.search import Index
+
+    questions = sample(load_questions(dataset, split), limit)
+    version = served_index(endpoint, questions[0].question)
+    if version not in {m.version for m in Catalog(storage).versions("indexes")}:
+        raise ValueError(f"{endpoint.url} serves index version {version}, which {storage.uri} does not hold: give "
+                         "the --storage the graph serves")
+    chunks = Index.load(storage, version, verify=False).chunks
+    check_documents(questions, {c["doc_id"] for c in chunks}, version)
+
+    params = {"top_k": top_k, **({"max_tokens": max_tokens} if max_tokens else {})}
+    started, t0 = now_iso(), time.perf_counter()
+    per_actor = min(PER_ACTOR, concurrency)
+    actors = math.ceil(concurrency / per_actor)
+    rows = (ray.data.from_items([{"qid": q.qid, "question": q.question} for q in questions])
+            .map_batches(AskEndpoint, fn_constructor_args=(endpoint, params, per_actor), batch_size=per_actor,
+                         concurrency=actors, num_cpus=0.05)  # waits on HTTP: no CPU of the graph's
+            .take_all())
+    wall = time.perf_counter() - t0
+    if all(r["error"] for r in rows):
+        raise RuntimeError(f"every request failed; the first: {rows[0]['error']}")
+    scored = score(questions, rows, {c["chunk_id"]: c["text"] for c in chunks}, idk)
+    generator = next((r["model"] for r in reversed(rows) if r["model"]), "")
+    run_id = f"answers-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    report = summarize(scored, run_id=run_id, dataset=dataset.name, split=split, index_version=version,
+                       generator=generator, top_k=top_k, wall_s=wall, started_at=started)
+    save(storage, report, scored)
+    _log(mlflow_uri, storage, report, limit)
+    return report
+
+
+def save(storage: Storage, report: AnswerEvalReport, scored: list[Scored]) -> None:
+    import json
+
+    storage.write_bytes(f"{RUNS}/{report.run_id}.rows.jsonl",
+                        "".join(json.dumps(asdict(s)) + "\n" for s in scored).encode())
+    storage.write_json(f"{RUNS}/{report.run_id}.json", report.model_dump())
+
+
+def load_runs(storage: Storage) -> list[AnswerEvalReport]:
+    names = [n for n in storage.listdir(RUNS) if n.startswith("answers-") and n.endswith(".json")
+             and ".tmp-" not in n]
+    return sorted((AnswerEvalReport.model_validate(storage.read_json(f"{RUNS}/{n}")) for n in names),
+                  key=lambda r: r.started_at)
+
+
+def _log(uri: str | None, storage: Storage, report: AnswerEvalReport, limit: int | None) -> None:
+    uri = tracking.tracking_uri(uri, storage)
+    params = {"dataset": report.dataset, "split": report.split, "limit": limit, "top_k": report.top_k,
+              "generator": report.generator, "index_version": report.index_version}
+    run = tracking.start_run(uri, report.run_id, params, None, experiment=EXPERIMENT)
+    metrics = report.model_dump(include={"exact_match", "f1", "citation_accuracy", "gold_in_context", "idk_rate",
+                                         "answer_tokens", "latency_p50_s", "latency_p95_s", "tokens_per_s",
+                                         "errors", "questions"})
+    tracking.log_metrics(uri, run, {k: v for k, v in metrics.items() if not math.isnan(v)}, step=0)
+    tracking.finish(uri, run, {"ragline.generator": report.generator})

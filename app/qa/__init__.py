@@ -1,0 +1,1 @@
+"""Question sets (SQuAD, JSONL) and answer scoring, shared by answer evaluation and QA fine-tuning."""
