@@ -555,15 +555,40 @@ def models_promote(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Model name (reranker, sft, or a job's register_as).")],
     version: Annotated[int, typer.Argument(help="Version to serve.")],
+    force: Annotated[bool, typer.Option(help="Promote without judging it against the served graph.")] = False,
+    dataset: Annotated[Path | None, typer.Option(help="A generator is judged on this question set (as in `eval "
+                                                 "answers`). [default: the one it was fine-tuned from]")] = None,
+    split: Annotated[str, typer.Option(help="Split of the question set: dev is never trained on.")] = "dev",
+    limit: Annotated[int, typer.Option(min=1, help="Questions asked of each generator.")] = 200,
+    url: Annotated[str | None, typer.Option(help="Endpoint. [default: the one `ragline serve` started]")] = None,
+    key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Mark a model version as the one to serve; a running graph that serves `catalog:NAME` swaps to it."""
+    """Mark a model version as the one to serve; a running graph that serves `catalog:NAME` swaps to it.
+
+    A generator (an sft model) must earn it: the served graph and a copy of it serving this version answer the
+    same questions, and the version is promoted only if its F1 is higher (both scores are shown either way)."""
     from app.catalog import Catalog
+    from app.eval.answers import Endpoint
+    from app.promotion import PromotionResult, promote_generator
 
     c: Context = ctx.obj
-    m = Catalog(c.storage).promote(name, version)
-    _print_json({"name": name, "version": m.version}) if as_json else out.print(
-        f"promoted {name} version {m.version} (from run {m.run})")
+    catalog = Catalog(c.storage)
+    if force or catalog.get_model(name, version).task != "sft":
+        catalog.promote(name, version)
+        result = PromotionResult(name=name, version=version, forced=force)
+    else:
+        endpoint = Endpoint(*_endpoint(c, url, key))
+        _connect(c)
+        result = promote_generator(c.storage, name, version, endpoint, idk=c.cfg.serve.generator.idk_answer,
+                                   dataset=dataset, split=split, limit=limit)
+    if as_json:
+        return _print_json(result.model_dump())
+    if result.served and result.candidate:
+        out.print(f"F1 {result.candidate.f1:.1f} against {result.served.f1:.1f} for {result.served.generator} "
+                  f"({result.candidate.questions} {split} questions of {result.candidate.dataset})")
+    out.print(f"promoted {name} version {version}: a graph serving serve.generator.model=catalog:{name} swaps to it "
+              "within seconds")
 
 
 # ---- eval ------------------------------------------------------------------------------------------------------

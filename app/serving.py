@@ -23,6 +23,9 @@ DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / 
 APP_NAME = "ragline"
 GRAPH = "deployments.graph:build_app"
 LLM = "deployments.llm:build_llm_app"
+# a copy of the graph whose generator serves a model being judged for promotion (app.promotion)
+CANDIDATE, CANDIDATE_LLM, CANDIDATE_PREFIX = "ragline-candidate", "ragline-candidate-llm", "/candidate"
+CANDIDATES = {CANDIDATE, CANDIDATE_LLM}
 
 
 def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
@@ -77,13 +80,18 @@ def url_of(schema: Any, dashboard: str | None = None) -> str:
 
 def deploy(schema: Any, timeout_s: float = 600) -> None:
     """Starts Serve with the config's HTTP options and deploys its applications; waits until RUNNING."""
-    from ray import serve
     from ray.serve._private.api import serve_start  # what `serve run CONFIG` calls
 
     client = serve_start(http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location)
     client.deploy_apps(schema, _blocking=False)
+    wait_running([a.name for a in schema.applications], timeout_s)
+
+
+def wait_running(names: list[str], timeout_s: float) -> None:
+    """Waits until the named Serve applications are RUNNING; raises naming the ones that failed."""
+    from ray import serve
+
     deadline = time.time() + timeout_s
-    names = [a.name for a in schema.applications]
     while True:
         apps = serve.status().applications
         states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
@@ -103,27 +111,80 @@ def pin_generator(app_name: str, version: int) -> bool:
     from inside the cluster (a replica that saw a new promotion). Idempotent: False when the running config
     already pins that version, or when the applications were not deployed from a config (`serve.run`), which
     Ragline cannot re-apply."""
+    running = _running_config()
+    if running is None or (running[1][app_name].get("args") or {}).get("generator_version") == version:
+        return False
+    details, apps = running
+    apps[app_name]["args"] = {**(apps[app_name].get("args") or {}), "generator_version": version}
+    _apply(details, list(apps.values()))
+    return True
+
+
+def deploy_candidate(model: str) -> tuple[str, list[str]]:
+    """Adds to the running Serve config a copy of the RAG application at route CANDIDATE_PREFIX (and of its LLM
+    application) whose generator serves `model`; the served applications are left exactly as they run. Returns
+    the route prefix and the new applications' names, without waiting for them (`wait_running`).
+
+    The copies reserve almost no CPU (0.01 per deployment, 0.05 for the LLM's bundle): on a small machine the
+    served graph holds most of it, and a candidate is only asked a question set."""
+    running = _running_config()
+    if running is None:
+        raise ValueError("the running Serve applications were not deployed from a Serve config (`ragline "
+                         "serve` deploys one): a candidate cannot be added beside them")
+    details, apps = running
+    graph = next((a for n, a in apps.items() if a["import_path"] == GRAPH and n not in CANDIDATES), None)
+    if graph is None:
+        raise ValueError("no Ragline graph is being served: start one with `ragline serve`")
+    llm = next((a for n, a in apps.items() if a["import_path"] == LLM and n not in CANDIDATES), None)
+    overrides = [f"serve.generator.model={model}", f"serve.generator.llm_app={CANDIDATE_LLM}",
+                 "serve.generator.cpus=0.05"]
+    # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.cpus), and its
+    # ray_actor_options come from its builder (the engine's environment): a config value would replace them
+    copies = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
+        {**d, "ray_actor_options": {**(d.get("ray_actor_options") or {}), "num_cpus": 0.01}}
+        for d in graph.get("deployments") or []]}]
+    if llm is not None:
+        copies.append({**llm, "name": CANDIDATE_LLM, "route_prefix": None})
+    for app in copies:
+        args = {k: v for k, v in (app.get("args") or {}).items() if k != "generator_version"}
+        app["args"] = {**args, "overrides": [*(args.get("overrides") or []), *overrides]}
+    _apply(details, [a for n, a in apps.items() if n not in CANDIDATES] + copies)
+    return CANDIDATE_PREFIX, [a["name"] for a in copies]
+
+
+def remove_candidate() -> None:
+    """Re-applies the running Serve config without the candidate applications (Serve deletes them)."""
+    running = _running_config()
+    if running is not None and CANDIDATES & running[1].keys():
+        _apply(running[0], [a for n, a in running[1].items() if n not in CANDIDATES])
+
+
+def _running_config() -> tuple[Any, dict[str, dict[str, Any]]] | None:
+    """The running Serve instance's details and each application's config as it was deployed (name -> config),
+    or None when an application was deployed by `serve.run` rather than from a config."""
     from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema, ServeInstanceDetails
+    from ray.serve.schema import ServeInstanceDetails
 
     client = _get_global_client()
     assert client is not None, "raises rather than returning None when no Serve runs"
     details = ServeInstanceDetails(**client.get_serve_details())
-    apps = []
+    apps = {}
     for name, app in details.applications.items():
         if app.deployed_app_config is None:
-            return False
-        config = app.deployed_app_config.model_dump(exclude_unset=True)
-        if name == app_name:
-            if (config.get("args") or {}).get("generator_version") == version:
-                return False
-            config["args"] = {**(config.get("args") or {}), "generator_version": version}
-        apps.append(config)
-    assert details.http_options is not None, "a running Serve has HTTP options"
+            return None
+        apps[name] = app.deployed_app_config.model_dump(exclude_unset=True)
+    return details, apps
+
+
+def _apply(details: Any, apps: list[dict[str, Any]]) -> None:
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    client = _get_global_client()
+    assert client is not None and details.http_options is not None, "a running Serve has HTTP options"
     client.deploy_apps(ServeDeploySchema.model_validate({
         "proxy_location": details.proxy_location, "applications": apps,
         "http_options": details.http_options.model_dump(exclude_unset=True)}))
-    return True
 
 
 def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> dict[str, Any]:

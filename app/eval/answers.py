@@ -91,18 +91,27 @@ class AskEndpoint:
         self.pool = ThreadPoolExecutor(in_flight)
 
     def ask(self, question: str) -> dict[str, Any]:
+        import httpx
+
         t0 = time.perf_counter()
-        r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
-                             json={"question": question, **self.params})
+        try:
+            r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
+                                 json={"question": question, **self.params})
+        except httpx.TransportError as e:  # a timeout or a dropped connection fails this question, not the run
+            return self.failed(time.perf_counter() - t0, f"{type(e).__name__}: {e}")
         latency = time.perf_counter() - t0
         if r.status_code != 200:
-            return {"answer": "", "chunk_ids": [], "doc_ids": [], "completion_tokens": 0, "latency_s": latency,
-                    "model": "", "index_version": 0, "error": f"HTTP {r.status_code}: {r.text[:300]}"}
+            return self.failed(latency, f"HTTP {r.status_code}: {r.text[:300]}")
         body = r.json()
         return {"answer": body["answer"], "chunk_ids": [c["chunk_id"] for c in body["citations"]],
                 "doc_ids": [c["doc_id"] for c in body["citations"]],
                 "completion_tokens": int(body["usage"]["completion_tokens"] or 0), "latency_s": latency,
                 "model": body["models"]["generator"], "index_version": int(body["index_version"]), "error": ""}
+
+    @staticmethod
+    def failed(latency: float, error: str) -> dict[str, Any]:
+        return {"answer": "", "chunk_ids": [], "doc_ids": [], "completion_tokens": 0, "latency_s": latency,
+                "model": "", "index_version": 0, "error": error}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         answers = list(self.pool.map(self.ask, [str(q) for q in batch["question"]]))

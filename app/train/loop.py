@@ -31,6 +31,11 @@ from app.train.strategies import STRATEGIES
 from app.train.task import build_model, export, loss_of, model_inputs
 
 SHUFFLE_BUFFER = 256  # rows per worker mixed by the seeded local shuffle
+# Ray Train's controller takes one report per worker every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s) from a queue
+# of one: a report sooner blocks until then, which held fast steps (tiny models, GPUs) to one per 2 s. Metrics go
+# to MLflow every step; Ray Train gets a checkpoint's report, the attempt's first step, and then one report per
+# this much training time.
+REPORT_EVERY_S = 2.0
 
 
 def _rng_state() -> dict[str, Any]:
@@ -73,6 +78,7 @@ def train_loop(config: dict[str, Any]) -> None:
     storage = Storage(config["storage"])
     window = metrics.Window()
     last_saved = step if checkpoint else -1
+    unreported_s = REPORT_EVERY_S  # the attempt's first step is reported
     done = step >= config["total_steps"]
     while not done and epoch < cfg.epochs:
         batches = shard.iter_torch_batches(batch_size=cfg.batch_size, collate_fn=collate, drop_last=True,
@@ -100,11 +106,14 @@ def train_loop(config: dict[str, Any]) -> None:
             report["attempt_start_step"] = start_step
             report["worker_nodes"] = nodes
             window = metrics.Window()
+            # every rank decides alike (report is a collective): compute_s is the gathered slowest worker's
+            unreported_s += report["compute_s"]
             if step % cfg.checkpoint_every == 0 or done:
                 _save(strategy, report, rank, {"step": step, "epoch": epoch, "position": position})
-                last_saved = step
-            else:
+                last_saved, unreported_s = step, 0.0
+            elif unreported_s >= REPORT_EVERY_S:
                 ray.train.report(report)
+                unreported_s = 0.0
             if rank == 0:
                 tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report, step)
             if done:

