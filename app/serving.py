@@ -162,12 +162,9 @@ def remove_candidate() -> None:
 def _running_config() -> tuple[Any, dict[str, dict[str, Any]]] | None:
     """The running Serve instance's details and each application's config as it was deployed (name -> config),
     or None when an application was deployed by `serve.run` rather than from a config."""
-    from ray.serve.context import _get_global_client
     from ray.serve.schema import ServeInstanceDetails
 
-    client = _get_global_client()
-    assert client is not None, "raises rather than returning None when no Serve runs"
-    details = ServeInstanceDetails(**client.get_serve_details())
+    details = ServeInstanceDetails(**_client().get_serve_details())
     apps = {}
     for name, app in details.applications.items():
         if app.deployed_app_config is None:
@@ -177,14 +174,21 @@ def _running_config() -> tuple[Any, dict[str, dict[str, Any]]] | None:
 
 
 def _apply(details: Any, apps: list[dict[str, Any]]) -> None:
-    from ray.serve.context import _get_global_client
+    """Deploys `apps` as the whole Serve config: unchanged applications keep their replicas, absent ones go."""
     from ray.serve.schema import ServeDeploySchema
 
-    client = _get_global_client()
-    assert client is not None and details.http_options is not None, "a running Serve has HTTP options"
-    client.deploy_apps(ServeDeploySchema.model_validate({
+    assert details.http_options is not None, "a running Serve has HTTP options"
+    _client().deploy_apps(ServeDeploySchema.model_validate({
         "proxy_location": details.proxy_location, "applications": apps,
         "http_options": details.http_options.model_dump(exclude_unset=True)}))
+
+
+def _client() -> Any:
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None, "raises rather than returning None when no Serve runs"
+    return client
 
 
 def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> dict[str, Any]:

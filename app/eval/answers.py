@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 from pydantic import BaseModel
 
@@ -84,15 +85,11 @@ class AskEndpoint:
     latency and error ("" when it answered), one request per row, the batch's requests in flight together."""
 
     def __init__(self, endpoint: Endpoint, params: dict[str, Any], in_flight: int):
-        import httpx
-
         self.endpoint, self.params = endpoint, params
         self.client = httpx.Client(timeout=endpoint.timeout_s, headers={"Authorization": f"Bearer {endpoint.key}"})
         self.pool = ThreadPoolExecutor(in_flight)
 
     def ask(self, question: str) -> dict[str, Any]:
-        import httpx
-
         t0 = time.perf_counter()
         try:
             r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
@@ -120,8 +117,6 @@ class AskEndpoint:
 
 def served_index(endpoint: Endpoint, probe: str) -> int:
     """The index version the endpoint serves (it answers /v1/retrieve with it)."""
-    import httpx
-
     r = httpx.post(f"{endpoint.url.rstrip('/')}/v1/retrieve", json={"query": probe, "top_k": 1},
                    headers={"Authorization": f"Bearer {endpoint.key}"}, timeout=endpoint.timeout_s)
     if r.status_code != 200:
