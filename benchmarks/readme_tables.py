@@ -93,9 +93,29 @@ def answers_table(r: dict[str, Any], source: str) -> str:
     return "\n".join([*lines, "", f"F1 ratios: {ratios}."])
 
 
+def sft_cpu_table(r: dict[str, Any], source: str) -> str:
+    labels = {"plain": "plain PyTorch step (fp32, logits everywhere, all layers)", "bf16": "bf16 autocast",
+              "bf16_answer_logits": "bf16, logits at the answer tokens only",
+              "rag_qa": f"`rag_qa` recipe: that, lowest {r['freeze']} blocks frozen"}
+    lines = [
+        f"{r['model']}, one process, {r['threads']} threads, {r['batch']} serving-format examples per step "
+        f"({r['mean_tokens']} tokens on average), {r['steps']} steps; median of {r['repeats']} runs "
+        f"(`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| training step | tokens/s | vs plain | loss at the last step |",
+        "|---|---|---|---|",
+    ]
+    for name, label in labels.items():
+        s = r["summary"][name]
+        ratio = "1.0x" if name == "plain" else f"{r['ratios'][f'{name}_over_plain']:.1f}x"
+        lines.append(f"| {label} | {s['tokens_per_s']:.0f} | {ratio} | {s['loss']:.3f} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
-                                                           "answers": answers_table}
-SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py"}
+                                                           "answers": answers_table, "sft_cpu": sft_cpu_table}
+SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
+           "sft_cpu": "sft_cpu_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

@@ -46,9 +46,11 @@ class RagQAConfig(_Config):
                                       "latest.")
     top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question, as /v1/query's "
                        "top_k (the prompt keeps the generator's `passages` of them).")
-    idk_fraction: float = Field(default=0.1, ge=0, lt=1, description="Share of questions whose gold passage is "
-                                "taken out of the prompt, answered with the generator's idk_answer (questions "
-                                "the retriever misses are answered so too).")
+    idk_fraction: float = Field(default=0.03, ge=0, lt=1, description="Share of questions whose gold passage is "
+                                "taken out of the prompt, answered with the generator's idk_answer.")
+    insert_gold: bool = Field(default=True, description="Put the gold passage into the prompt (at a stable random "
+                              "place among the generator's `passages`) when the retriever missed it. Off: such "
+                              "questions are answered with idk_answer too.")
     generator: GeneratorConfig | None = Field(default=None, description="The generator whose prompt is trained "
                                               "on. None: the serving config's (`serve.generator` of --config), "
                                               "filled in when the job starts.")
