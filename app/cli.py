@@ -113,6 +113,8 @@ def _print_report(report: dict[str, Any]) -> None:
     out.print(s)
     for q in report["quarantined"]:
         out.print(f"[yellow]quarantined[/] {q['source']}: {q['reason']} → {q['path']}")
+    for r in report["inputs"].get("refused_files", []):
+        out.print(f"[yellow]{r['reason']}[/] {r['source']}: {r['detail']}")
     if report.get("note"):
         out.print(report["note"])
 
@@ -157,7 +159,8 @@ def ingest(
 
     c: Context = ctx.obj
     local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]
-    expand(local)  # a missing path or an empty directory is the caller's mistake: say so before queueing
+    read = c.cfg.ingest.read
+    expand(local, read.max_file_bytes, read.follow_symlinks)  # a missing path: say so before queueing
     _connect(c)
     if in_process:
         report = run_ingest(local, c.cfg, c.storage, build_index=index)
@@ -345,11 +348,13 @@ def serve(
                                        None if on_cluster else keys_file, remote=on_cluster)
     if port is not None:
         schema.http_options.port = port
-    # replicas may run on other machines: keys that are not under the shared storage root travel with the app
+    # replicas may run on other machines: keys that are not under the shared storage root travel with the app,
+    # as digests (the dashboard shows a runtime_env)
     if where == "RAGLINE_API_KEYS" or (on_cluster and keys_file):
         for application in schema.applications:
-            application.runtime_env = {**(application.runtime_env or {}),
-                                       "env_vars": {"RAGLINE_API_KEYS": ",".join(keys)}}
+            env = (application.runtime_env or {}).get("env_vars", {})
+            application.runtime_env = {**(application.runtime_env or {}), "env_vars": {
+                **env, "RAGLINE_API_KEY_HASHES": ",".join(apikeys.digest(k) for k in keys)}}
     if not as_json:
         err.print(f"deploying {[a.name for a in schema.applications]} (the first start converts and loads models)")
     if on_cluster:

@@ -35,6 +35,16 @@ class ReadConfig(_Config):
         le=1.0,
         description="Largest fraction of input files that may be unreadable (quarantined) before the run fails.",
     )
+    max_file_bytes: int = Field(
+        default=256 << 20, ge=1,
+        description="Largest input file read (bytes); a larger one is dropped as too_large before it is read, "
+        "since a file is parsed whole in one task's memory.",
+    )
+    follow_symlinks: bool = Field(
+        default=False,
+        description="Read symlinks whose targets lie outside the input paths (and walk linked directories). "
+        "Off: such links are dropped as outside_roots.",
+    )
 
 
 class NormalizeConfig(_Config):
@@ -277,6 +287,18 @@ class ApiConfig(_Config):
     max_body_bytes: int = Field(default=65_536, ge=1024, description="Largest request body; larger gets 413.")
     max_question_tokens: int = Field(default=256, ge=8, description="Longest question in embedder tokens (the "
                                      "embedder reads no more); longer gets 422.")
+    max_question_chars: int = Field(default=2000, ge=16, description="Longest question, query or last chat message "
+                                    "in characters (one long word is a single embedder token); longer gets 422.")
+    max_sources: int = Field(default=16, ge=1, description="Most source globs in one request's `sources` filter.")
+    max_source_chars: int = Field(default=512, ge=8, description="Longest source glob, in characters.")
+    max_messages: int = Field(default=64, ge=1, description="Most messages in one chat request.")
+    max_message_chars: int = Field(default=8000, ge=16, description="Longest earlier chat message, in characters.")
+    max_rerank_documents: int = Field(default=1000, ge=1, description="Most documents in one /v1/rerank request.")
+    max_embed_inputs: int = Field(default=256, ge=1, description="Most texts in one /v1/embeddings request.")
+    max_document_chars: int = Field(default=8000, ge=16, description="Longest text to rerank or embed, in "
+                                    "characters.")
+    max_stop: int = Field(default=4, ge=1, description="Most stop strings in one request (as OpenAI).")
+    max_stop_chars: int = Field(default=64, ge=1, description="Longest stop string, in characters.")
     max_top_k: int = Field(default=100, ge=1, description="Largest top_k a caller may ask for.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="A request running longer is cancelled "
                                      "downstream and gets 504.")

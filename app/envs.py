@@ -15,8 +15,12 @@ RAGLINE_CONFIG: str = os.environ.get("RAGLINE_CONFIG", "")
 RAGLINE_API_KEYS: str = os.environ.get("RAGLINE_API_KEYS", "")
 #: A file holding API keys, one per line.
 RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
+#: SHA-256 digests (hex, comma-separated) of the API keys: how `ragline serve` sends keys to replicas elsewhere.
+RAGLINE_API_KEY_HASHES: str = os.environ.get("RAGLINE_API_KEY_HASHES", "")
 #: Local cache for converted models. Default: ~/.cache/ragline
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
+#: Ray's authentication mode (token or disabled); unset: token auth, with a token made for a local head.
+RAY_AUTH_MODE: str = os.environ.get("RAY_AUTH_MODE", "")
 #: Ray's auth token itself, or a file holding it (Ray reads the same two, then ~/.ray/auth_token).
 RAY_AUTH_TOKEN: str = os.environ.get("RAY_AUTH_TOKEN", "")
 RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import ray
 
+from app import envs
+
 NAMESPACE = "ragline"
 
 
@@ -33,6 +35,13 @@ def connect(address: str | None) -> None:
         cmd = [str(ray_bin) if ray_bin.exists() else "ray", "start", "--head", "--disable-usage-stats"]
         # jobs submitted to this Ray (`ragline submit`) run `python ...` from its PATH: make it this environment's
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        if not envs.RAY_AUTH_MODE and not envs.ray_auth_token():
+            # `ray start --head` turns token authentication on only when a token exists (`ray.init()` makes one
+            # itself): without it, anyone who reaches the ports could run code here. The token goes to
+            # ~/.ray/auth_token, where every Ray client on this machine finds it.
+            made = subprocess.run([cmd[0], "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
+            if made.returncode != 0:
+                raise RuntimeError(f"could not make a Ray auth token: {made.stderr[-2000:]}") from None
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:
             raise RuntimeError(f"could not start a local Ray (`{' '.join(cmd)}`):\n{done.stderr[-2000:]}") from None

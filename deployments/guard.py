@@ -36,8 +36,7 @@ async def send_error(send: Send, status: int, kind: str, message: str,
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, keys: list[str], max_body_bytes: int):
-        assert keys, "the API needs at least one key"
+    def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int):
         self.app, self.keys, self.max_body = app, keys, max_body_bytes
         self.requests = Counter("ragline_http_requests_total", description="HTTP requests by route and status.",
                                 tag_keys=("route", "status"))
@@ -62,7 +61,7 @@ class Guard:
         if scope["path"] not in OPEN_PATHS:
             headers = dict(scope["headers"])
             scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not apikeys.matches(key.strip(), self.keys):
+            if scheme.lower() != "bearer" or not self.keys.matches(key.strip()):
                 return await send_error(send, 401, "unauthorized", "missing or invalid API key "
                                         "(send Authorization: Bearer <key>)", [(b"www-authenticate", b"Bearer")])
             declared = headers.get(b"content-length")

@@ -19,8 +19,9 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel
 from ray import serve
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 from ray.util.metrics import Histogram
@@ -29,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app import apikeys
 from app.config import ServeConfig
 from app.models import embedder
+from deployments import limits
 from deployments.guard import Guard
 from deployments.retriever import NotReady
 from deployments.schemas import (
@@ -126,7 +128,7 @@ def citations(passages: list[dict[str, Any]], answer: str | None) -> list[dict[s
             for i, p in enumerate(passages, start=1)]
 
 
-def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_tokens: Callable[[str], int],
+def build_api(backends: Backends, cfg: ServeConfig, keys: apikeys.KeyRing, count_tokens: Callable[[str], int],
               models: dict[str, str]) -> Guard:
     """`models`: {"generator": name, "embedder": name}. Returns the guarded ASGI app."""
     api = cfg.api
@@ -163,6 +165,9 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
                             {"Retry-After": str(api.retry_after_s)})
         if isinstance(e, NotReady):
             return ApiError(503, "not_ready", str(e), {"Retry-After": str(api.retry_after_s)})
+        if isinstance(e, RayActorError | ActorUnavailableError):  # a replica died or restarts: Serve replaces it
+            return ApiError(503, "unavailable", "a replica of the service stopped while answering; retry",
+                            {"Retry-After": str(api.retry_after_s)})
         if isinstance(e, ValueError):
             return ApiError(422, "invalid_request", str(e))
         if isinstance(e, TimeoutError):
@@ -174,11 +179,16 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
         t0 = time.perf_counter()
         try:
             return await call
-        except (BackPressureError, NotReady, ValueError, RayTaskError) as e:
+        except (BackPressureError, NotReady, ValueError, RayTaskError, RayActorError, ActorUnavailableError) as e:
             raise fail(e) from None
         finally:
             timings[name] = (time.perf_counter() - t0) * 1e3
             latency.observe(timings[name], tags={"stage": name})
+
+    def within_limits(req: BaseModel) -> None:
+        """Sizes first, before a tokenizer or a stage sees the request."""
+        if problems := limits.violations(req, api):
+            raise ApiError(422, "invalid_request", "; ".join(problems))
 
     def check_question(text: str, field: str, top_k: int) -> None:
         if (n := count_tokens(text)) > api.max_question_tokens:
@@ -218,7 +228,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
                     out["text"] += piece["text"]
                 else:
                     out.update(piece)
-        except (BackPressureError, ValueError, RayTaskError) as e:
+        except (BackPressureError, ValueError, RayTaskError, RayActorError, ActorUnavailableError) as e:
             raise fail(e) from None
         timings["generate"] = (time.perf_counter() - t0) * 1e3
         latency.observe(timings["generate"], tags={"stage": "generate"})
@@ -230,7 +240,8 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
             async with asyncio.timeout(api.request_timeout_s):
                 async for chunk in events:
                     yield chunk
-        except (TimeoutError, BackPressureError, NotReady, ValueError, RayTaskError, ApiError) as e:
+        except (TimeoutError, BackPressureError, NotReady, ValueError, RayTaskError, RayActorError,
+                ActorUnavailableError, ApiError) as e:
             err = e if isinstance(e, ApiError) else fail(e)
             yield _sse("error", {"error": {"type": err.kind, "message": err.message}})
 
@@ -255,6 +266,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
 
     @app.post("/v1/retrieve")
     async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+        within_limits(req)
         check_question(req.query, "query", req.top_k)
         timings: dict[str, float] = {}
         found = await with_timeout(stage("retrieve", timings, backends.retrieve(req.query, req.mode, req.top_k,
@@ -264,6 +276,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
 
     @app.post("/v1/rerank")
     async def rerank(req: RerankRequest) -> dict[str, Any]:
+        within_limits(req)
         check_question(req.query, "query", 1)
         docs = [{"index": i, "text": t} for i, t in enumerate(req.documents)]
         ranked = await with_timeout(stage("rerank", {}, backends.rerank(req.query, docs, req.top_n or len(docs))))
@@ -273,6 +286,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
 
     @app.post("/v1/embeddings")
     async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:
+        within_limits(req)
         if req.model and req.model != models["embedder"]:
             raise ApiError(404, "model_not_found", f"model {req.model!r} is not served; embeddings come from "
                            f"{models['embedder']!r}")
@@ -296,6 +310,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
 
     @app.post("/v1/query", response_model=None)
     async def query(req: QueryRequest) -> dict[str, Any] | StreamingResponse:
+        within_limits(req)
         check_question(req.question, "question", req.top_k)
         timings: dict[str, float] = {}
         gen = {"max_tokens": req.max_tokens, "temperature": req.temperature}
@@ -335,6 +350,7 @@ def build_api(backends: Backends, cfg: ServeConfig, keys: list[str], count_token
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(req: ChatCompletionRequest) -> dict[str, Any] | StreamingResponse:
+        within_limits(req)
         if req.model and req.model not in (models["generator"], "ragline"):
             raise ApiError(404, "model_not_found", f"model {req.model!r} is not served; use "
                            f"{models['generator']!r} (see /v1/models)")
@@ -402,7 +418,7 @@ class Ingress:
     def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle,
                  settings: Settings, api_keys_file: str | None = None):
         cfg = settings.app
-        keys, where, _ = apikeys.load(settings.open_storage(), api_keys_file)
+        keys, where = apikeys.ring(settings.open_storage(), api_keys_file)
         log.info("API keys from %s", where)
         tokenizer = embedder.load_tokenizer(cfg.ingest.embed.model)
         self.api = build_api(HandleBackends(retriever, reranker, generator), cfg.serve, keys,

@@ -59,8 +59,8 @@ def write_corpus(d: Path) -> dict[str, int]:
                                  "<p>Pythons are large constricting snakes found in Africa and Asia.</p></main>"
                                  "<footer>Copyright</footer></body></html>")
     # read: 15 jsonl lines + near + cafe + blank + 2 parquet rows + html + corrupt file = 22
-    return {"read": 22, "kept": 17, "unreadable": 2, "empty": 1, "exact_duplicate": 1, "duplicate_id": 0,
-            "near_duplicate": 1, "files": 7, "unreadable_files": 1}
+    return {"read": 22, "kept": 17, "unreadable": 2, "too_large": 0, "outside_roots": 0, "empty": 1,
+            "exact_duplicate": 1, "duplicate_id": 0, "near_duplicate": 1, "files": 7, "unreadable_files": 1}
 
 
 def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_size: int) -> Path:

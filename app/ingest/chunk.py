@@ -36,21 +36,36 @@ def token_spans(offsets: list[tuple[int, int]], text_len: int, chunk_tokens: int
         last = end
         while glued(last + 1) and last > first:
             last -= 1
-        if glued(last + 1):  # one word fills the whole window: cut it rather than emit a sliver
+        cut = glued(last + 1)
+        if cut:  # one word fills the whole window: cut it rather than emit a sliver
             last = end
         spans.append(Span(offsets[first][0], offsets[last][1], last - first + 1))
         if last == n - 1:
             return spans
-        # Next window: `overlap` tokens back from this one's end, moved back to its word's start; always forward.
+        # Next window: `overlap` tokens back from this one's end, moved back to its word's start (inside a word
+        # longer than a window there is none to go back to). A window that would not start later than this one
+        # (a short window before a long word) starts after it instead: one token forward per window would make a
+        # long word quadratic.
         nxt = last + 1 - overlap
-        while glued(nxt) and nxt > first + 1:
+        while not cut and glued(nxt) and nxt > first + 1:
             nxt -= 1
-        first = max(nxt, first + 1)
+        first = nxt if nxt > first else last + 1
+
+
+MAX_TOKEN_CHARS = 64  # a longer "token" is an [UNK] for a run of junk (base64, a hash, a URL): split it
 
 
 def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int) -> list[Span]:
+    """Spans of at most `chunk_tokens` tokens and `chunk_tokens * MAX_TOKEN_CHARS` characters: a token longer
+    than MAX_TOKEN_CHARS counts as one per MAX_TOKEN_CHARS characters, so a 100 kB word is many chunks, not one."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
-    return token_spans([tuple(o) for o in enc["offset_mapping"]], len(text), chunk_tokens, overlap)
+    offsets: list[tuple[int, int]] = []
+    for start, end in enc["offset_mapping"]:
+        while end - start > MAX_TOKEN_CHARS:
+            offsets.append((start, start + MAX_TOKEN_CHARS))
+            start += MAX_TOKEN_CHARS
+        offsets.append((start, end))
+    return token_spans(offsets, len(text), chunk_tokens, overlap)
 
 
 def chunk_id(doc_id: str, index: int, embedder_name: str, embedder_revision: str) -> str:

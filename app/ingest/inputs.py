@@ -1,4 +1,10 @@
-"""Expand the user's input paths (files, directories, globs; local or any pyarrow.fs URI) into files to read."""
+"""Expand the user's input paths (files, directories, globs; local or any pyarrow.fs URI) into files to read.
+
+Files over `ingest.read.max_file_bytes` are refused before a byte is read (drop reason `too_large`). On a local
+filesystem, directories are walked without following symlinked directories (a link to `..` would list the tree
+forever), and a symlink whose target lies outside every input root is refused (`outside_roots`) unless
+`ingest.read.follow_symlinks`: pointing a corpus directory at a link to ~/.ssh must not ingest the keys.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import pyarrow.fs as pafs
 
 from app.ingest.parse import file_format
 
+REFUSED_REASONS = ("too_large", "outside_roots")
+
 
 @dataclass
 class Inputs:
@@ -18,6 +26,7 @@ class Inputs:
     files: list[str]  # paths on `filesystem`, sorted
     skipped: list[str] = field(default_factory=list)  # files inside given directories with unsupported types
     uri_prefix: str = ""  # "s3://" etc., to show sources as URIs
+    refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (REFUSED_REASONS), detail}
 
     def source(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"
@@ -27,8 +36,9 @@ def _scheme(path: str) -> str:
     return path.split("://", 1)[0] if "://" in path else "file"
 
 
-def expand(paths: list[str]) -> Inputs:
-    """Raises ValueError naming the path when one does not exist or inputs mix filesystems."""
+def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks: bool = False) -> Inputs:
+    """Raises ValueError naming the path when one does not exist, inputs mix filesystems, or nothing readable is
+    left. `max_file_bytes`: None reads files of any size (training streams its files line by line)."""
     if not paths:
         raise ValueError("no input paths given")
     schemes = {_scheme(p) for p in paths}
@@ -43,41 +53,99 @@ def expand(paths: list[str]) -> Inputs:
         prefix = f"{scheme}://"
     files: set[str] = set()
     skipped: set[str] = set()
+    refused: dict[str, dict[str, str]] = {}
     for raw in paths:
-        found = _expand_one(fs, raw, scheme)
+        found = _expand_one(fs, raw, scheme, follow_symlinks)
         if found is None:
             raise ValueError(f"input path {raw} does not exist")
-        given_file, listed = found
+        given_file, listed, outside = found
+        for f in outside:
+            refused[f] = {"source": f"{prefix}{f}", "reason": "outside_roots",
+                          "detail": f"a symlink to {os.path.realpath(f)}, outside the input paths (set "
+                                    "ingest.read.follow_symlinks to read it)"}
         if given_file:
             files.update(listed)  # named explicitly: an unsupported type is quarantined, not silently skipped
             continue
         for f in listed:
             (files if file_format(f) else skipped).add(f)
+    for info in fs.get_file_info(sorted(files)) if files and max_file_bytes is not None else []:
+        if info.size is not None and info.size > max_file_bytes:
+            files.discard(info.path)
+            refused[info.path] = {"source": f"{prefix}{info.path}", "reason": "too_large",
+                                  "detail": f"{info.size:,} bytes, over ingest.read.max_file_bytes "
+                                            f"({max_file_bytes:,})"}
     if not files:
-        raise ValueError(f"no supported files (jsonl, parquet, txt, md, html) under {', '.join(paths)}")
-    return Inputs(filesystem=fs, files=sorted(files), skipped=sorted(skipped), uri_prefix=prefix)
+        names = ", ".join(f"{r['source']} ({r['reason']})" for r in refused.values())
+        why = f"; refused: {names}" if refused else ""
+        raise ValueError(f"no supported files (jsonl, parquet, txt, md, html) under {', '.join(paths)}{why}")
+    return Inputs(filesystem=fs, files=sorted(files), skipped=sorted(skipped), uri_prefix=prefix,
+                  refused=[refused[k] for k in sorted(refused)])
 
 
-def _expand_one(fs: pafs.FileSystem, raw: str, scheme: str) -> tuple[bool, list[str]] | None:
-    """(named a single file?, files) or None if nothing is there."""
-    if scheme == "file":
-        path = os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
-    else:
-        path = raw.split("://", 1)[1]
+def _expand_one(fs: pafs.FileSystem, raw: str, scheme: str,
+                follow: bool) -> tuple[bool, list[str], list[str]] | None:
+    """(named a single file?, files, symlinks refused as outside the roots) or None if nothing is there."""
+    if scheme != "file":
+        return _expand_remote(fs, raw.split("://", 1)[1])
+    path = os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
     if any(ch in path for ch in "*?["):
-        if scheme == "file":
-            matches = [m for m in glob.glob(path, recursive=True) if os.path.isfile(m)]
-        else:
-            base = path.split("*", 1)[0].rsplit("/", 1)[0]
-            sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-            matches = [i.path for i in fs.get_file_info(sel)
-                       if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path)]
-        return (False, matches) if matches else None
+        # the root of a glob is its directory part before the first wildcard
+        root = os.path.dirname(path[: min(path.index(ch) for ch in "*?[" if ch in path)] + "x")
+        matches = [m for m in glob.glob(path, recursive=True) if os.path.isfile(m)]
+        if not matches:
+            return None
+        inside, outside = _split_by_root(matches, root, follow)
+        return False, inside, outside
+    if os.path.isfile(path):
+        return True, [path], []  # named explicitly (a symlink too): the user chose it
+    if os.path.isdir(path):
+        return (False, *_walk(path, follow))
+    return None
+
+
+def _walk(root: str, follow: bool) -> tuple[list[str], list[str]]:
+    """Files under `root` (hidden ones left out), and the symlinks refused as leading outside it."""
+    found, seen, links = [], {os.path.realpath(root)}, []
+    for top, dirs, names in os.walk(root, followlinks=follow):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if not follow:  # os.walk does not descend into linked directories; name those leading outside
+            links += [os.path.join(top, d) for d in dirs if os.path.islink(os.path.join(top, d))]
+        # a directory reached twice (a link loop, or two links to one place) is walked once
+        dirs[:] = [d for d in dirs if _first_visit(os.path.join(top, d), seen)]
+        found += [os.path.join(top, n) for n in sorted(names) if not n.startswith(".")]
+    files = [f for f in found if os.path.isfile(f)]  # a dangling link is no file
+    inside, outside = _split_by_root(files, root, follow)
+    return inside, sorted(outside + _split_by_root(links, root, follow)[1])
+
+
+def _first_visit(path: str, seen: set[str]) -> bool:
+    real = os.path.realpath(path)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
+
+
+def _split_by_root(files: list[str], root: str, follow: bool) -> tuple[list[str], list[str]]:
+    if follow:
+        return files, []
+    real_root = os.path.realpath(root)
+    inside = [f for f in files if os.path.commonpath([os.path.realpath(f), real_root]) == real_root]
+    return inside, sorted(set(files) - set(inside))
+
+
+def _expand_remote(fs: pafs.FileSystem, path: str) -> tuple[bool, list[str], list[str]] | None:
+    if any(ch in path for ch in "*?["):
+        base = path.split("*", 1)[0].rsplit("/", 1)[0]
+        sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        matches = [i.path for i in fs.get_file_info(sel)
+                   if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path)]
+        return (False, matches, []) if matches else None
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
-        return True, [path]
+        return True, [path], []
     if info.type == pafs.FileType.Directory:
         sel = pafs.FileSelector(path, recursive=True)
         return False, [i.path for i in fs.get_file_info(sel)
-                       if i.type == pafs.FileType.File and not i.base_name.startswith(".")]
+                       if i.type == pafs.FileType.File and not i.base_name.startswith(".")], []
     return None

@@ -22,6 +22,7 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".txt":
            ".markdown": "markdown", ".html": "html", ".htm": "html"}
 _BOILERPLATE = ["script", "style", "noscript", "nav", "header", "footer", "aside", "form", "iframe", "svg",
                 "template", "button"]
+BINARY_SNIFF_BYTES = 8000
 _MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -73,8 +74,9 @@ def _jsonl(data: bytes, source: str, cfg: ReadConfig) -> Parsed:
             if not isinstance(record, dict):
                 raise ValueError(f"a JSON {type(record).__name__}, not an object")
             out.docs.append(_record_doc(record, source, f"line {lineno}", cfg))
-        except ValueError as e:  # json.JSONDecodeError is a ValueError
-            out.bad_records.append({"source": f"{source}:{lineno}", "reason": f"line {lineno}: {e}"})
+        except (ValueError, RecursionError) as e:  # json.JSONDecodeError is a ValueError; deep nesting recurses
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            out.bad_records.append({"source": f"{source}:{lineno}", "reason": f"line {lineno}: {why}"})
     if lines and not out.docs:
         raise Unreadable(f"none of its {len(lines)} lines is a usable record ({out.bad_records[0]['reason']})")
     return out
@@ -131,6 +133,8 @@ def parse_file(source: str, data: bytes, cfg: ReadConfig) -> Parsed:
         return _jsonl(data, source, cfg)
     if fmt == "parquet":
         return _parquet(data, source, cfg)
+    if b"\x00" in data[:BINARY_SNIFF_BYTES]:  # as git decides: text never holds NUL; images, archives, PDFs do
+        raise Unreadable(f"binary content (a NUL byte in its first {BINARY_SNIFF_BYTES} bytes), not {fmt} text")
     if fmt == "html":
         return _html(data, source)
     return _plain(data, source, markdown=fmt == "markdown")

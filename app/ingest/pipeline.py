@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig
@@ -103,7 +104,7 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
     """Ingest `paths`; returns the run report. Publishes a dataset version when anything new was kept, then an
     index version from it. Raises ValueError for bad inputs and IngestError when too many files are unreadable."""
     run_id = run_id or new_run_id()
-    inputs = expand(paths)
+    inputs = expand(paths, cfg.ingest.read.max_file_bytes, cfg.ingest.read.follow_symlinks)
     catalog = Catalog(storage)
     previous = catalog.latest("datasets")
     if previous and (previous.embedder.name, previous.embedder.revision) != (
@@ -112,7 +113,12 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
                          f"({previous.embedder.revision}); ingest.embed.model is {cfg.ingest.embed.model}: "
                          "use another storage root for another embedder")
     t0 = time.time()
-    ledger: Any = stages.RunLedgerActor.remote(run_id, cfg.ingest.model_dump(), storage.uri, _documents_files(previous))
+    # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    ledger: Any = stages.RunLedgerActor.options(scheduling_strategy=here).remote(
+        run_id, cfg.ingest.model_dump(), storage.uri, _documents_files(previous))
+    if inputs.refused:
+        ray.get(ledger.refused.remote(inputs.refused))
     if on_start:
         on_start(ledger)
     segment = f"datasets/segments/{run_id}"
@@ -172,7 +178,7 @@ def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage,
     return {
         "run_id": run_id,
         "inputs": {"files": len(inputs.files), "unreadable_files": snap["files"]["unreadable"],
-                   "skipped_files": inputs.skipped},
+                   "skipped_files": inputs.skipped, "refused_files": inputs.refused},
         "documents": {"read": snap["documents_read"], "kept": snap["kept"], "dropped": snap["dropped"]},
         "reconciled": reconcile(snap),
         "chunks": chunks,

@@ -3,11 +3,17 @@
 Every stage reports (rows in, rows out, busy seconds) and every dropped document to one `RunLedger` actor, so
 counts reconcile across all workers and the dedup stages see the whole run (plus the latest published dataset),
 not one block at a time.
+
+Ray Data runs a task again when its node dies, so every report is replay-safe: a batch is reported under a key made
+from its rows' identities (a file's path; a document's source and position in it), a report under a key already
+seen changes nothing, and a dedup decision already made for a document is returned again as it was. Without that,
+a re-run batch would find its own documents "already seen" and drop them as duplicates of themselves.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import time
 from typing import Any
@@ -24,10 +30,11 @@ from app.ingest.normalize import content_hash, derived_doc_id, normalize
 from app.ingest.parse import Unreadable, parse_file
 from app.storage import Storage
 
-DROP_REASONS = ("unreadable", "empty", "exact_duplicate", "duplicate_id", "near_duplicate")
+DROP_REASONS = ("unreadable", "too_large", "outside_roots", "empty", "exact_duplicate", "duplicate_id",
+                "near_duplicate")
 
-DOC_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("title", pa.string()),
-                        ("text", pa.string()), ("metadata", pa.string())])
+DOC_SCHEMA = pa.schema([("key", pa.string()), ("doc_id", pa.string()), ("source", pa.string()),
+                        ("title", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
 CHUNK_FIELDS = [("chunk_id", pa.string()), ("doc_id", pa.string()), ("chunk_index", pa.int32()),
                 ("source", pa.string()), ("title", pa.string()), ("text", pa.string()),
                 ("start_char", pa.int32()), ("end_char", pa.int32()), ("n_tokens", pa.int32()),
@@ -38,8 +45,14 @@ DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string
                                    ("minhash", pa.list_(pa.uint64())), ("run_id", pa.string())])
 
 
+def batch_key(row_keys: list[str]) -> str:
+    """The identity of a batch: its rows' identities, which a re-run of its task reproduces."""
+    return hashlib.sha256("\n".join(row_keys).encode()).hexdigest()
+
+
 class RunLedger:
-    """Owned by the run's driver: dies with it, so a killed run leaves nothing behind but unreferenced files."""
+    """Owned by the run's driver: dies with it, so a killed run leaves nothing behind but unreferenced files.
+    Every method is idempotent under the keys it is given (see the module docstring)."""
 
     def __init__(self, run_id: str, cfg: dict[str, Any], storage_uri: str, documents_files: list[str]):
         self.run_id = run_id
@@ -54,17 +67,21 @@ class RunLedger:
                 if sig is not None and len(sig) != self.cfg.dedup.num_perm:
                     sig = None  # signatures from another num_perm cannot be compared
                 self.index.add(row["doc_id"], row["content_hash"], sig)
-        self.files = {"read": 0, "unreadable": 0}
-        self.read = 0
-        self.replaced = {"bytes": 0, "documents": 0}
-        self.drops: list[dict[str, str]] = []
-        self.quarantined: list[dict[str, str]] = []
-        self.kept: list[dict[str, Any]] = []
+        self.parsed_batches: dict[str, tuple[int, int, int, int]] = {}  # key -> files, docs, bytes, docs replaced
+        self.drops: dict[tuple[str, str], dict[str, str]] = {}  # (reason, row key) -> drop
+        self.quarantined: dict[str, dict[str, str]] = {}  # source -> {source, reason, error, path}
+        self.exact: dict[str, bool] = {}  # row key -> kept by exact dedup
+        self.near: dict[str, bool] = {}  # row key -> kept by near dedup
+        self.kept: dict[str, dict[str, Any]] = {}  # row key -> the document's row in the documents file
         self.stages: dict[str, dict[str, float]] = {}
         self.stage_nodes: dict[str, dict[str, int]] = {}  # stage -> Ray node id -> rows it took in there
+        self.stage_batches: set[tuple[str, str]] = set()
         self.started = time.time()
 
-    def stage(self, name: str, rows_in: int, rows_out: int, seconds: float, node: str = "") -> None:
+    def stage(self, name: str, key: str, rows_in: int, rows_out: int, seconds: float, node: str = "") -> None:
+        if (name, key) in self.stage_batches:
+            return
+        self.stage_batches.add((name, key))
         now = time.time()
         s = self.stages.setdefault(name, {"rows_in": 0, "rows_out": 0, "seconds": 0.0, "first": now - seconds})
         s["first"] = min(s["first"], now - seconds)
@@ -75,73 +92,90 @@ class RunLedger:
         by_node = self.stage_nodes.setdefault(name, {})
         by_node[node] = by_node.get(node, 0) + rows_in
 
-    def files_read(self, n_files: int, n_docs: int, replaced_bytes: int, replaced_docs: int) -> None:
-        self.files["read"] += n_files
-        self.read += n_docs
-        self.replaced["bytes"] += replaced_bytes
-        self.replaced["documents"] += replaced_docs
+    def parsed(self, key: str, n_files: int, n_docs: int, replaced_bytes: int, replaced_docs: int,
+               bad_files: list[dict[str, str]], bad_records: list[dict[str, str]]) -> None:
+        """One parse batch: files read, documents out, and what could not be read (files are quarantined)."""
+        self.parsed_batches[key] = (n_files, n_docs, replaced_bytes, replaced_docs)
+        for it in [*bad_files, *bad_records]:
+            self.drops["unreadable", it["source"]] = {"reason": "unreadable", "source": it["source"],
+                                                      "detail": it["reason"], "doc_id": "", "duplicate_of": ""}
+        self.quarantined.update((it["source"], it) for it in bad_files)
 
-    def unreadable(self, items: list[dict[str, str]], file_level: bool) -> None:
-        self.read += len(items)
+    def refused(self, items: list[dict[str, str]]) -> None:
+        """Input files refused before reading (`Inputs.refused`): each counts as one document read and dropped."""
         for it in items:
-            self.drops.append({"reason": "unreadable", "source": it["source"], "detail": it["reason"],
-                               "doc_id": "", "duplicate_of": ""})
-        if file_level:
-            self.files["unreadable"] += len(items)
-            self.quarantined.extend(items)
+            self.drops[it["reason"], it["source"]] = {**it, "doc_id": "", "duplicate_of": ""}
 
     def dropped(self, items: list[dict[str, str]]) -> None:
-        self.drops.extend(items)
+        """Drops keyed by the document's row key (`key`, not stored with the drop)."""
+        for it in items:
+            self.drops[it["reason"], it["key"]] = {k: v for k, v in it.items() if k != "key"}
 
-    def check_exact(self, doc_ids: list[str], hashes: list[str], sources: list[str]) -> list[bool]:
-        keep = []
-        for doc_id, h, src in zip(doc_ids, hashes, sources, strict=True):
+    def check_exact(self, keys: list[str], doc_ids: list[str], hashes: list[str], sources: list[str]) -> list[bool]:
+        for key, doc_id, h, src in zip(keys, doc_ids, hashes, sources, strict=True):
+            if key in self.exact:
+                continue  # decided when this batch ran before
             hit = self.index.check_exact(doc_id, h) if self.cfg.dedup.exact else None
             if hit is None and not self.cfg.dedup.exact and doc_id in self.index.ids:
                 hit = ("duplicate_id", doc_id)  # ids must stay unique even with exact dedup off
             if hit is None:
                 self.index.ids.add(doc_id)
             else:
-                self.drops.append({"reason": hit[0], "source": src, "doc_id": doc_id, "duplicate_of": hit[1],
-                                   "detail": ""})
-            keep.append(hit is None)
-        return keep
+                self.drops[hit[0], key] = {"reason": hit[0], "source": src, "doc_id": doc_id,
+                                           "duplicate_of": hit[1], "detail": ""}
+            self.exact[key] = hit is None
+        return [self.exact[k] for k in keys]
 
     def check_near(self, rows: list[dict[str, Any]]) -> list[bool]:
-        keep = []
         for row in rows:
+            key = row["key"]
+            if key in self.near:
+                continue
             sig = np.asarray(row["minhash"], dtype=np.uint64)
             dup = self.index.check_near(row["doc_id"], sig) if self.cfg.dedup.near else None
             if dup is None:
-                self.kept.append({**row, "run_id": self.run_id})
+                self.kept[key] = {**{k: v for k, v in row.items() if k != "key"}, "run_id": self.run_id}
             else:
-                self.drops.append({"reason": "near_duplicate", "source": row["source"], "doc_id": row["doc_id"],
-                                   "duplicate_of": dup, "detail": ""})
-            keep.append(dup is None)
-        return keep
+                self.drops["near_duplicate", key] = {"reason": "near_duplicate", "source": row["source"],
+                                                     "doc_id": row["doc_id"], "duplicate_of": dup, "detail": ""}
+            self.near[key] = dup is None
+        return [self.near[r["key"]] for r in rows]
 
     def snapshot(self, full: bool = False) -> dict[str, Any]:
         dropped = dict.fromkeys(DROP_REASONS, 0)
-        for d in self.drops:
-            dropped[d["reason"]] += 1
+        for reason, _ in self.drops:
+            dropped[reason] += 1
+        batches = list(self.parsed_batches.values())
+        unreadable_files = len(self.quarantined)
         out: dict[str, Any] = {
-            "files": dict(self.files), "documents_read": self.read, "kept": len(self.kept), "dropped": dropped,
-            "replaced": dict(self.replaced), "quarantined": list(self.quarantined),
+            "files": {"read": sum(b[0] for b in batches) - unreadable_files, "unreadable": unreadable_files},
+            # documents parsed, plus one per file or record that could not be read, plus one per refused file
+            "documents_read": sum(b[1] for b in batches) + dropped["unreadable"] + dropped["too_large"]
+            + dropped["outside_roots"],
+            "kept": len(self.kept), "dropped": dropped,
+            "replaced": {"bytes": sum(b[2] for b in batches), "documents": sum(b[3] for b in batches)},
+            "quarantined": list(self.quarantined.values()),
             "stages": {k: dict(v) for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
             "stage_nodes": {k: dict(v) for k, v in self.stage_nodes.items()},
         }
         if full:
-            out["drops"] = list(self.drops)
-            out["kept_documents"] = list(self.kept)
+            out["drops"] = list(self.drops.values())
+            out["kept_documents"] = list(self.kept.values())
         return out
 
 
 RunLedgerActor = ray.remote(num_cpus=0)(RunLedger)
 
 
-def _stage_done(ledger: Any, name: str, rows_in: int, rows_out: int, t0: float) -> None:
-    ray.get(ledger.stage.remote(name, rows_in, rows_out, time.perf_counter() - t0,
+def _stage_done(ledger: Any, name: str, key: str, rows_in: int, rows_out: int, t0: float) -> None:
+    ray.get(ledger.stage.remote(name, key, rows_in, rows_out, time.perf_counter() - t0,
                                 ray.get_runtime_context().get_node_id()))
+
+
+def _doc_key(doc: dict[str, Any]) -> str:
+    """A document's identity in the run: its source, and its position there when a file holds several."""
+    position = json.loads(doc["metadata"]).get("position", "")
+    return f"{doc['source']}#{position}" if position else doc["source"]
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -161,18 +195,20 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_ur
         source = f"{uri_prefix}{path}"
         try:
             parsed = parse_file(source, data, read_cfg)
-        except Unreadable as e:
-            bad_files.append({"source": source, "reason": str(e), "path": _quarantine(storage_uri, run_id, source,
-                                                                                       data, str(e))})
+        except Exception as e:
+            reason = str(e) if isinstance(e, Unreadable) else f"{type(e).__name__} while parsing: {str(e)[:500]}"
+            bad_files.append({"source": source, "reason": reason, "error": type(e).__name__,
+                              "path": _quarantine(storage_uri, run_id, source, data, reason)})
             continue
         docs.extend(parsed.docs)
         bad_records.extend(parsed.bad_records)
         replaced_bytes += parsed.replaced_bytes
         replaced_docs += len(parsed.docs) if parsed.replaced_bytes else 0
-    ray.get([ledger.files_read.remote(batch.num_rows - len(bad_files), len(docs), replaced_bytes, replaced_docs),
-             ledger.unreadable.remote(bad_files, True), ledger.unreadable.remote(bad_records, False)])
-    _stage_done(ledger, "parse", batch.num_rows, len(docs), t0)
-    return _table(docs, DOC_SCHEMA)
+    key = batch_key(batch.column("path").to_pylist())
+    ray.get(ledger.parsed.remote(key, batch.num_rows, len(docs), replaced_bytes, replaced_docs, bad_files,
+                                 bad_records))
+    _stage_done(ledger, "parse", key, batch.num_rows, len(docs), t0)
+    return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
 
 
 def _quarantine(storage_uri: str, run_id: str, source: str, data: bytes, reason: str) -> str:
@@ -192,23 +228,24 @@ def normalize_docs(batch: pa.Table, *, ledger: Any, min_chars: int) -> pa.Table:
         text = normalize(row["text"])
         doc_id = row["doc_id"] or derived_doc_id(row["source"], text)
         if len(text) < min_chars:
-            empty.append({"reason": "empty", "source": row["source"], "doc_id": doc_id, "duplicate_of": "",
-                          "detail": f"{len(text)} characters after normalisation"})
+            empty.append({"reason": "empty", "key": row["key"], "source": row["source"], "doc_id": doc_id,
+                          "duplicate_of": "", "detail": f"{len(text)} characters after normalisation"})
             continue
         out.append({**row, "doc_id": doc_id, "text": text, "content_hash": content_hash(text)})
     if empty:
         ray.get(ledger.dropped.remote(empty))
-    _stage_done(ledger, "normalize", batch.num_rows, len(out), t0)
+    _stage_done(ledger, "normalize", batch_key(batch.column("key").to_pylist()), batch.num_rows, len(out), t0)
     return _table(out, DOC_SCHEMA.append(pa.field("content_hash", pa.string())))
 
 
 def exact_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
     t0 = time.perf_counter()
-    keep = ray.get(ledger.check_exact.remote(batch.column("doc_id").to_pylist(),
+    keys = batch.column("key").to_pylist()
+    keep = ray.get(ledger.check_exact.remote(keys, batch.column("doc_id").to_pylist(),
                                              batch.column("content_hash").to_pylist(),
                                              batch.column("source").to_pylist()))
     out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
-    _stage_done(ledger, "exact_dedup", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "exact_dedup", batch_key(keys), batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -216,7 +253,7 @@ def minhash(batch: pa.Table, *, ledger: Any, num_perm: int, shingle_words: int) 
     t0 = time.perf_counter()
     sigs = [signature(t, num_perm, shingle_words).tolist() for t in batch.column("text").to_pylist()]
     out = batch.append_column("minhash", pa.array(sigs, pa.list_(pa.uint64())))
-    _stage_done(ledger, "minhash", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "minhash", batch_key(batch.column("key").to_pylist()), batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -224,13 +261,13 @@ def near_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
     """Keeps documents with no near copy among everything kept so far; the ledger remembers kept documents
     (id, hash, signature) for the version's documents table."""
     t0 = time.perf_counter()
-    rows = batch.select(["doc_id", "source", "title", "content_hash", "minhash"]).to_pylist()
+    rows = batch.select(["key", "doc_id", "source", "title", "content_hash", "minhash"]).to_pylist()
     for row, n in zip(rows, (len(t) for t in batch.column("text").to_pylist()), strict=True):
         row["n_chars"] = n
     keep = ray.get(ledger.check_near.remote(rows))
     out = batch.filter(pa.array(keep, pa.bool_())) if batch.num_rows else batch
     out = out.drop_columns(["minhash", "content_hash"])
-    _stage_done(ledger, "near_dedup", batch.num_rows, out.num_rows, t0)
+    _stage_done(ledger, "near_dedup", batch_key([r["key"] for r in rows]), batch.num_rows, out.num_rows, t0)
     return out
 
 
@@ -257,7 +294,7 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
                 "end_char": span.end_char, "n_tokens": span.n_tokens,
                 "metadata": json.dumps({**json.loads(doc["metadata"]), "n_chunks": len(spans)}),
             })
-    _stage_done(ledger, "chunk", batch.num_rows, len(rows), t0)
+    _stage_done(ledger, "chunk", batch_key(batch.column("key").to_pylist()), batch.num_rows, len(rows), t0)
     return _table(rows, CHUNK_SCHEMA)
 
 
@@ -297,5 +334,6 @@ class Embedder:
                                             show_progress_bar=False)
         flat = pa.array(vecs.reshape(-1), pa.float32())
         out = batch.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, self.dim))
-        _stage_done(self.ledger, "embed", batch.num_rows, out.num_rows, t0)
+        _stage_done(self.ledger, "embed", batch_key(batch.column("chunk_id").to_pylist()), batch.num_rows,
+                    out.num_rows, t0)
         return out

@@ -80,8 +80,12 @@ class TransformersEngine(generator_model.ChatTemplateTokens):
                       **({} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p}))
 
         def run() -> Any:
-            with torch.inference_mode():
-                return self.model_obj.generate(**kwargs)
+            try:
+                with torch.inference_mode():
+                    return self.model_obj.generate(**kwargs)
+            except BaseException:
+                streamer.end()  # the loop below would wait for tokens that never come, holding the request
+                raise
 
         task = asyncio.get_running_loop().run_in_executor(None, run)
         text = ""

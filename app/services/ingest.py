@@ -53,8 +53,8 @@ class IngestService:
     def submit(self, paths: list[str], config: dict[str, Any], build_index: bool = True) -> str:
         """Validate and queue a run; returns its id. Bad config or missing inputs raise ValueError here, before
         anything is queued."""
-        AppConfig.model_validate(config)
-        expand(paths)
+        read = AppConfig.model_validate(config).ingest.read
+        expand(paths, read.max_file_bytes, read.follow_symlinks)
         run_id = new_run_id()
         self.catalog.save_run({"run_id": run_id, "state": "queued", "paths": paths, "config": config,
                                "build_index": build_index, "submitted_at": now_iso()})

@@ -64,6 +64,9 @@ def _records(paths: list[str]) -> ray.data.Dataset:
     from app.ingest.inputs import expand
 
     inputs = expand(paths)
+    if inputs.refused:
+        raise ValueError("training data outside the given paths (symlinks): "
+                         f"{', '.join(r['source'] for r in inputs.refused[:5])}")
     files, fs = inputs.files, inputs.filesystem
     bad = [inputs.source(f) for f in files if not f.endswith((".jsonl", ".json", ".parquet"))]
     if bad:

@@ -39,12 +39,19 @@ REPORT_EVERY_S = 2.0
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Only tensors and plain values, so a checkpoint loads with `torch.load(weights_only=True)`: unpickling
+    arbitrary objects from a checkpoint directory would run whatever code a tampered file names."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    assert isinstance(keys, np.ndarray)  # the legacy form: (name, 624 uint32 keys, position, has_gauss, gauss)
+    return {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss,
+                                                   gauss), "torch": torch.get_rng_state()}
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
 
 
@@ -66,7 +73,7 @@ def train_loop(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as d:
             progress = json.loads((Path(d) / "progress.json").read_text())
             strategy.load(Path(d))
-            _set_rng_state(torch.load(Path(d) / f"rng-rank{rank}.pt", weights_only=False))
+            _set_rng_state(torch.load(Path(d) / f"rng-rank{rank}.pt", weights_only=True))
         step, epoch, position = progress["step"], progress["epoch"], progress["position"]
         print(f"[rank {rank}] resumed at step {step} (epoch {epoch}, micro-batch {position})")
 

@@ -104,7 +104,7 @@ class Strategy:
                         "scheduler": self.scheduler.state_dict()}, directory / "state.pt")
 
     def load(self, directory: Path) -> None:
-        state = torch.load(directory / "state.pt", map_location="cpu", weights_only=False)
+        state = torch.load(directory / "state.pt", map_location="cpu", weights_only=True)
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -153,7 +153,7 @@ class FSDP(Strategy):
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         dcp.load({"model": model_sd, "optimizer": optim_sd}, checkpoint_id=str(directory / "fsdp"))  # in place
         set_state_dict(self.model, self.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd)
-        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=False))
+        self.scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

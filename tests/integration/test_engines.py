@@ -4,6 +4,8 @@ it streams, honours max_new_tokens and stop strings, and stops generating when i
 import asyncio
 import time
 
+import pytest
+
 from app.config import GeneratorConfig
 from app.rag.engines import Sampling, TransformersEngine
 
@@ -36,3 +38,10 @@ def test_transformers_engine_streams_within_its_budget_and_stops_on_request():
     t0 = time.perf_counter()
     assert len(asyncio.run(collect(engine, Sampling(400, 0.0, 1.0), limit=2))) == 2
     assert time.perf_counter() - t0 < 10, "closing the stream did not stop the 400-token generation"
+
+    # sampling that fails inside generate (here NaN probabilities from a temperature the API would refuse) ends
+    # the request at once with the error, instead of holding it until the request timeout
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError):
+        asyncio.run(collect(engine, Sampling(12, 1e-300, 1.0)))
+    assert time.perf_counter() - t0 < 10

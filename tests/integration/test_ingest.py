@@ -1,3 +1,5 @@
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -5,6 +7,7 @@ from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
 from app.ingest.pipeline import IngestError, run_ingest
+from app.ingest.stages import DROP_REASONS
 from app.storage import Storage
 from tests.helpers import PLANTED, topic_text
 
@@ -20,10 +23,10 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
 
     docs = report["documents"]
     assert docs["read"] == want["read"] and docs["kept"] == want["kept"]
-    assert docs["dropped"] == {k: want[k] for k in ("unreadable", "empty", "exact_duplicate", "duplicate_id",
-                                                    "near_duplicate")}
+    assert docs["dropped"] == {k: want[k] for k in DROP_REASONS}
     assert report["reconciled"] and docs["read"] == docs["kept"] + sum(docs["dropped"].values())
-    assert report["inputs"] == {"files": want["files"], "unreadable_files": 1, "skipped_files": []}
+    assert report["inputs"] == {"files": want["files"], "unreadable_files": 1, "skipped_files": [],
+                                "refused_files": []}
     assert report["chunks"] == report["embeddings"] > docs["kept"]  # the 120-word topics take two chunks
     assert report["decode_replacements"] == {"bytes": 4, "documents": 1}
     # near-copy.txt and doc3 arrive in parallel blocks: whichever reaches the ledger first is kept
@@ -88,6 +91,51 @@ def test_too_many_unreadable_files_fail_and_publish_nothing(ray_cluster, tmp_pat
     with pytest.raises(IngestError, match=r"2 of 3 input files are unreadable.*a\.parquet.*b\.jsonl"):
         run_ingest([str(d)], cfg, storage)
     assert Catalog(storage).versions("datasets") == []
+
+
+def test_a_hostile_corpus_is_ingested_around_its_bad_files(ray_cluster, tmp_path, cfg):
+    """Each hostile file is dropped or quarantined with its reason; the good ones are kept; counts reconcile."""
+    d, outside = tmp_path / "hostile", tmp_path / "private"
+    (d / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "id_rsa.txt").write_text("-----BEGIN PRIVATE KEY----- not for the index")
+    good = {"good.txt": "Glaciers carve U-shaped valleys as they move downhill.",
+            "odd name #1 [x] 100% ü.md": "# Odd names\nFiles may have spaces, brackets and accents in their names.",
+            "sub/nested.html": "<html><body><p>Lighthouses guide ships along rocky coasts.</p></body></html>"}
+    for name, text in good.items():
+        (d / name).write_text(text)
+    (d / "malformed.html").write_text("<html><body><p>Release notes</p><![ </body></html>")  # bs4 rejects it
+    (d / "deep.jsonl").write_text(json.dumps({"id": "flat", "text": "A flat record survives its deep neighbour."})
+                                  + "\n" + "[" * 100_000 + "\n")
+    (d / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
+    (d / "huge.txt").write_text("word " * 50_000)  # 250 kB
+    (d / "empty.md").write_text("")
+    (d / "leak.txt").symlink_to(outside / "id_rsa.txt")
+    (d / "sub" / "loop").symlink_to(d, target_is_directory=True)  # walking it would never end
+    cfg.ingest.read.max_file_bytes = 100_000
+    cfg.ingest.read.max_error_fraction = 0.5
+    storage = Storage(str(tmp_path / "store"))
+
+    report = run_ingest([str(d)], cfg, storage)
+
+    docs = report["documents"]
+    assert report["reconciled"] and docs["read"] == docs["kept"] + sum(docs["dropped"].values())
+    assert docs["kept"] == 4  # the three good files and the flat record
+    assert {k: v for k, v in docs["dropped"].items() if v} == {"unreadable": 3, "too_large": 1,
+                                                                "outside_roots": 1, "empty": 1}
+    quarantined = {q["source"].rsplit("/", 1)[1]: q for q in report["quarantined"]}
+    assert set(quarantined) == {"malformed.html", "image.txt"}
+    assert quarantined["malformed.html"]["error"] == "ParserRejectedMarkup"
+    assert "binary content" in quarantined["image.txt"]["reason"]
+    refused = {r["source"].rsplit("/", 1)[1]: r for r in report["inputs"]["refused_files"]}
+    assert refused["huge.txt"]["reason"] == "too_large" and "250,000 bytes" in refused["huge.txt"]["detail"]
+    assert refused["leak.txt"]["reason"] == "outside_roots" and "id_rsa" in refused["leak.txt"]["detail"]
+    drops = pq.read_table(storage.path(f"runs/ingest/{report['run_id']}.drops.parquet")).to_pylist()
+    assert any(x["source"].endswith("deep.jsonl:2") and "nested too deeply" in x["detail"] for x in drops)
+    searcher = Searcher(Index.load(storage), cfg.search)
+    assert {h.source.rsplit("/", 1)[1] for h in searcher.search("files with odd names", k=10)} >= {
+        "odd name #1 [x] 100% ü.md", "good.txt"}
+    assert all("id_rsa" not in h.source for h in searcher.search("PRIVATE KEY", mode="lexical", k=10))
 
 
 def test_missing_input_is_a_clear_error(ray_cluster, tmp_path, cfg):

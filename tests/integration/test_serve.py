@@ -14,6 +14,7 @@ import pytest
 import ray
 from openai import OpenAI
 from ray import serve
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
 from app import apikeys, serving
 from app.catalog import Catalog
@@ -133,6 +134,56 @@ def test_bad_input_over_real_http(served, headers, body, status, kind):
     assert r.json()["error"]["type"] == kind and "Traceback" not in r.text
 
 
+def test_the_live_openapi_schema_survives_fuzzing(served):
+    """schemathesis against the deployed graph's own /openapi.json: every route, with and without the key, valid
+    and invalid bodies, a bounded number of each. No 5xx, every error is JSON with a type and a message, and
+    /healthz stays fast throughout."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    url = served["url"]
+    spec = httpx.get(f"{url}/openapi.json", headers=auth(served)).json()
+    schema = schemathesis.openapi.from_dict(spec)
+    seen: dict[int, int] = {}
+    health: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        while not done.wait(0.25):
+            t0 = time.perf_counter()
+            assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200
+            health.append(time.perf_counter() - t0)
+
+    def check(case: schemathesis.Case) -> None:
+        if isinstance(case.body, dict) and case.path in ("/v1/query", "/v1/chat/completions"):
+            case.body.setdefault("max_tokens", 8)  # short answers: this module's generator budget is long
+            for field in ("max_tokens", "max_completion_tokens"):
+                if type(case.body.get(field)) is int:
+                    case.body[field] = min(case.body[field], 8)
+        for headers in (auth(served), {}):
+            r = case.call(base_url=url, headers=headers, timeout=120)
+            seen[r.status_code] = seen.get(r.status_code, 0) + 1
+            assert r.status_code < 500, f"{case.method} {case.path} {case.body!r}: {r.status_code} {r.text[:300]}"
+            if r.status_code >= 400:
+                error = r.json()["error"]
+                assert error["type"] and error["message"], r.text
+
+    watcher = threading.Thread(target=probe, daemon=True)
+    watcher.start()
+    try:
+        for operation in (result.ok() for result in schema.get_all_operations()):
+            for mode, examples in ((schemathesis.GenerationMode.NEGATIVE, 6),
+                                   (schemathesis.GenerationMode.POSITIVE, 3)):
+                given(case=operation.as_strategy(mode))(settings(
+                    max_examples=examples, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))(check))()
+    finally:
+        done.set()
+        watcher.join()
+    assert seen.get(401, 0) >= len(spec["paths"]) - 1 and any(400 <= s < 500 and s != 401 for s in seen), seen
+    assert health and max(health) < 2.0 and sorted(health)[len(health) // 2] < 0.2, health
+
+
 def test_overload_gives_503_with_retry_after(served):
     """Generator: 2 running + 2 queued; 12 concurrent requests overflow it."""
     def ask(i: int) -> httpx.Response:
@@ -246,6 +297,54 @@ def test_locust_smoke_run_writes_the_report(served, tmp_path):
     assert total["requests"] > 5 and total["failures"] == 0
     assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
     assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
+
+
+def replica_of(deployment: str) -> object:
+    """The actor of `deployment`'s (only) replica in the `ragline` application."""
+    (name,) = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+               if a["name"].startswith(f"SERVE_REPLICA::ragline#{deployment}#")]
+    return ray.get_actor(name, namespace=SERVE_NAMESPACE)
+
+
+def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp_path):
+    """Locust sends its mix (retrieve, query, streamed chat) while the Retriever's replica is killed, and later the
+    Serve controller: retrieval answers again within 30 s of each kill, and what failed is counted in the report
+    as 503s (unavailable, retry), never as a hang."""
+    out = tmp_path / "report"
+    locust = subprocess.Popen([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key",
+                               served["key"], "--users", "2", "--duration", "75s", "--max-tokens", "8", "--out",
+                               str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def recovered_after_s(kill: object) -> float:
+        ray.kill(kill, no_restart=False)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 60:
+            r = httpx.post(f"{served['url']}/v1/retrieve", json={"query": QUESTION, "top_k": 1}, headers=auth(served),
+                           timeout=30)
+            if r.status_code == 200 and r.json()["hits"][0]["doc_id"] == "zebra":
+                return time.perf_counter() - t0
+            assert r.status_code == 503 and r.json()["error"]["type"] in ("unavailable", "overloaded"), r.text
+            time.sleep(0.5)
+        return float("inf")
+
+    try:
+        time.sleep(10)  # steady traffic first
+        replica_s = recovered_after_s(replica_of("Retriever"))
+        time.sleep(5)
+        controller_s = recovered_after_s(ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE))
+        _, err = locust.communicate(timeout=240)
+    finally:
+        if locust.poll() is None:
+            locust.kill()
+    assert locust.returncode == 0, err[-2000:]
+    assert replica_s < 30 and controller_s < 30, (replica_s, controller_s)
+    assert serve.status().applications["ragline"].status == "RUNNING"
+    report = json.loads(out.with_suffix(".json").read_text())
+    total = report["endpoints"]["Aggregated"]
+    print(f"recovery: replica {replica_s:.1f} s, controller {controller_s:.1f} s; failed {total['failures']} of "
+          f"{total['requests']}: {total['errors_by_status']}")
+    assert total["requests"] > 20 and total["failures"] <= 0.25 * total["requests"], total
+    assert set(total["errors_by_status"]) <= {"503"}, total
 
 
 EXPORT_S = 3  # the session's Ray exports metrics every 2 s (metrics_report_interval_ms in conftest.py)

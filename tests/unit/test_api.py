@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from ray.serve.exceptions import BackPressureError
 
+from app import apikeys
 from app.config import ServeConfig
 from deployments.ingress import build_api
 from deployments.retriever import NotReady
@@ -73,7 +74,7 @@ def client(stages):
     cfg.api.max_question_tokens = 20
     cfg.api.max_body_bytes = 2048
     cfg.api.request_timeout_s = 0.5
-    api = build_api(stages, cfg, [KEY, "second-key"], lambda text: len(text.split()),
+    api = build_api(stages, cfg, apikeys.KeyRing.of([KEY, "second-key"]), lambda text: len(text.split()),
                     {"generator": "SmolLM2-135M-Instruct", "embedder": "all-MiniLM-L6-v2"})
     return TestClient(api, raise_server_exceptions=False)  # as a real server: the 500 response, not a raise
 
@@ -183,6 +184,37 @@ def test_auth(client):
 def test_bad_query_bodies_are_422_naming_the_field(client, body, field):
     e = error(client.post("/v1/query", json=body, headers=AUTH), 422, "invalid_request")
     assert e["message"].startswith(field) or e.get("field") == field, e
+
+
+@pytest.mark.parametrize(("path", "body", "message"), [
+    ("/v1/retrieve", {"query": "z", "sources": ["*.md"] * 4}, "sources: 4 items; the limit is 3 (api.max_sources)"),
+    ("/v1/retrieve", {"query": "z", "sources": ["*" * 40]}, "sources[0]: 40 characters; the limit is 32"),
+    ("/v1/query", {"question": "x" * 200}, "question: 200 characters; the limit is 100 (api.max_question_chars)"),
+    ("/v1/query", {"question": "zebras \ud800?"}, "question: not valid Unicode text"),
+    ("/v1/query", {"question": "zebras?", "temperature": 1e-300}, "temperature: use 0 for greedy"),
+    ("/v1/rerank", {"query": "q", "documents": ["d"] * 5}, "documents: 5 items; the limit is 4"),
+    ("/v1/rerank", {"query": "q", "documents": ["d", "e" * 65]}, "documents[1]: 65 characters; the limit is 64"),
+    ("/v1/embeddings", {"input": ["a"] * 5}, "input: 5 items; the limit is 4 (api.max_embed_inputs)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}] * 7}, "messages: 7 items"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 65}, {"role": "user", "content": "hi"}]},
+     "messages[0].content: 65 characters; the limit is 64 (api.max_message_chars)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b", "c"]},
+     "stop: 3 items; the limit is 2"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "seed": 2**70}, "seed"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+     "messages.0.content"),
+])
+def test_every_list_and_text_is_bounded_and_bad_unicode_is_422(stages, path, body, message):
+    cfg = ServeConfig()
+    cfg.api = cfg.api.model_copy(update={
+        "max_sources": 3, "max_source_chars": 32, "max_question_chars": 100, "max_rerank_documents": 4,
+        "max_embed_inputs": 4, "max_document_chars": 64, "max_messages": 6, "max_message_chars": 64, "max_stop": 2})
+    api = build_api(stages, cfg, apikeys.KeyRing.of([KEY]), lambda text: len(text.split()),
+                    {"generator": "SmolLM2-135M-Instruct", "embedder": "all-MiniLM-L6-v2"})
+    raw = json.dumps(body).encode()  # a lone surrogate goes out as JSON's own escape, as a client sends it
+    r = TestClient(api).post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
+    assert message in error(r, 422, "invalid_request")["message"]
+    assert stages.calls == [], "refused before any stage ran"
 
 
 def test_malformed_json_and_wrong_shapes(client):

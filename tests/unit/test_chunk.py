@@ -54,3 +54,15 @@ def test_every_token_is_in_some_chunk_even_without_overlap():
         covered.update(i for i, (a, b) in enumerate(offsets) if s.start_char <= a and b <= s.end_char)
         assert s.start_char % 7 == 0 and s.end_char % 7 == 6  # whole words only
     assert covered == set(range(len(offsets)))
+
+
+def test_a_chunk_is_bounded_in_characters_too(tokenizer):
+    """One 20,000-character "word" is a single [UNK] token to MiniLM: split by characters, it makes several chunks
+    of bounded size instead of one that holds it all."""
+    from app.ingest.chunk import MAX_TOKEN_CHARS
+
+    text = "Intro words here. " + "x" * 20_000 + " and the end."
+    spans = chunk_text(text, tokenizer, 32, 4)
+    assert 5 < len(spans) < 20 and max(s.end_char - s.start_char for s in spans) <= 32 * MAX_TOKEN_CHARS
+    covered = {i for s in spans for i in range(s.start_char, s.end_char)}
+    assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())  # nothing falls between chunks

@@ -343,6 +343,25 @@ def test_every_kuberay_cluster_is_locked_down(where, spec):
             assert any(t["key"] == "nvidia.com/gpu" for t in tolerations), group
     for group in spec.get("workerGroupSpecs", []):
         assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], group["groupName"]
+    groups = [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]
+    pods = [g["template"]["spec"] for g in groups]
+    for pod in pods:
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0, where
+        for c in pod["containers"]:
+            ctx = c["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}, where
+
+
+def test_only_the_serve_port_is_open_beyond_the_ray_pods():
+    policies = {d["metadata"]["name"]: d["spec"] for _, d in by_kind("NetworkPolicy")}
+    ray_pods = {"matchExpressions": [{"key": "ray.io/cluster", "operator": "Exists"}]}
+    ray = policies["ragline-ray"]
+    assert ray["podSelector"] == ray_pods and ray["policyTypes"] == ["Ingress"]
+    from_anywhere = [rule for rule in ray["ingress"] if "from" not in rule]
+    assert [rule["ports"] for rule in from_anywhere] == [[{"protocol": "TCP", "port": 8000}]]
+    assert all(peer == {"podSelector": ray_pods} for rule in ray["ingress"] for peer in rule.get("from", []))
+    redis = policies["ragline-redis"]
+    assert redis["ingress"] == [{"from": [{"podSelector": ray_pods}], "ports": [{"protocol": "TCP", "port": 6379}]}]
 
 
 def spec_of(spec: dict[str, Any], group: str) -> dict[str, Any]:

@@ -1,3 +1,6 @@
+import os
+import time
+
 import pytest
 
 from app import apikeys
@@ -46,11 +49,31 @@ def test_api_keys_generated_once_and_compared(tmp_path, monkeypatch):
     assert keys == [new] and where.endswith("secrets/api-keys")
     assert (tmp_path / "secrets/api-keys").stat().st_mode & 0o077 == 0
     assert apikeys.load(storage) == (keys, where, None)  # printed once: no new key the second time
-    assert apikeys.matches(new, ["other", new]) and not apikeys.matches(new + "x", keys)
+    ring = apikeys.KeyRing.of(["other-key-0123456789", new])
+    assert ring.matches(new) and not ring.matches(new + "x") and new.encode() not in repr(vars(ring)).encode()
     f = tmp_path / "keys.txt"
-    f.write_text("# team keys\nk1\n\nk2\n")
-    assert apikeys.load(storage, str(f))[0] == ["k1", "k2"]
+    f.write_text("# team keys, retired: old-key-0123456789abcdef\nteam-key-0123456789, ci-key-0123456789  # ci\n\n")
+    assert apikeys.load(storage, str(f))[0] == ["team-key-0123456789", "ci-key-0123456789"]
     with pytest.raises(ValueError, match="does not exist"):
         apikeys.load(storage, str(tmp_path / "missing"))
-    monkeypatch.setattr(apikeys.envs, "RAGLINE_API_KEYS", "a, b")
-    assert apikeys.load(storage)[:2] == (["a", "b"], "RAGLINE_API_KEYS")
+    f.write_text("good-key-0123456789\nshort\n")
+    with pytest.raises(ValueError, match=r"keys.txt line 2: an API key of 5 characters; keys need at least 16"):
+        apikeys.load(storage, str(f))
+    monkeypatch.setattr(apikeys.envs, "RAGLINE_API_KEYS", "env-key-a-0123456789, env-key-b-0123456789")
+    assert apikeys.load(storage)[:2] == (["env-key-a-0123456789", "env-key-b-0123456789"], "RAGLINE_API_KEYS")
+    monkeypatch.setattr(apikeys.envs, "RAGLINE_API_KEY_HASHES", apikeys.digest("sent-as-a-digest-0123"))
+    assert apikeys.ring(storage)[0].matches("sent-as-a-digest-0123")
+
+
+def test_a_key_file_is_followed_without_a_restart(tmp_path, monkeypatch):
+    f = tmp_path / "keys.txt"
+    f.write_text("first-key-0123456789\n")
+    ring, where = apikeys.ring(Storage(str(tmp_path)), str(f))
+    assert where == str(f) and ring.matches("first-key-0123456789")
+    monkeypatch.setattr(apikeys, "RELOAD_EVERY_S", 0.0)
+    f.write_text("second-key-0123456789\n")
+    os.utime(f, ns=(time.time_ns(), time.time_ns() + 1_000_000))  # a new mtime even on a coarse clock
+    assert ring.matches("second-key-0123456789") and not ring.matches("first-key-0123456789")
+    f.write_text("bad\n")  # mid-edit: the keys it had stay
+    os.utime(f, ns=(time.time_ns(), time.time_ns() + 2_000_000))
+    assert ring.matches("second-key-0123456789")

@@ -1,6 +1,7 @@
 """Pure logic of `ragline submit` / `status` against a cluster: addresses, the job's entrypoint, Ray's token."""
 
 import shlex
+import subprocess
 
 import pytest
 
@@ -36,3 +37,24 @@ def test_token_comes_from_where_ray_looks(tmp_path, monkeypatch):
     monkeypatch.setattr(envs, "RAY_AUTH_TOKEN_PATH", "")
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token: auth off, no header
     assert remote.auth_headers() == {}
+
+
+def test_a_local_head_starts_with_token_authentication(monkeypatch):
+    """With no token anywhere, one is made before `ray start --head`, which turns token auth on only then."""
+    from app import raycluster
+
+    calls: list[list[str]] = []
+    inits = iter([ConnectionError("no Ray running"), None])
+
+    def init(**_: object) -> None:
+        if (e := next(inits)) is not None:
+            raise e
+
+    monkeypatch.setattr(raycluster.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(raycluster.ray, "init", init)
+    monkeypatch.setattr(raycluster.subprocess, "run", lambda cmd, **_: calls.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.setattr(raycluster.envs, "RAY_AUTH_MODE", "")
+    monkeypatch.setattr(raycluster.envs, "ray_auth_token", lambda: "")
+    raycluster.connect(None)
+    assert [c[1:] for c in calls] == [["get-auth-token", "--generate"], ["start", "--head", "--disable-usage-stats"]]

@@ -73,3 +73,26 @@ def test_expand_inputs(tmp_path):
         expand([str(tmp_path), "s3://bucket/x"])
     with pytest.raises(ValueError, match="no input paths"):
         expand([])
+
+
+def test_expand_refuses_links_out_of_the_roots_and_oversized_files(tmp_path):
+    root, out = tmp_path / "root", tmp_path / "out"
+    (root / "sub").mkdir(parents=True)
+    out.mkdir()
+    (out / "secret.txt").write_text("s")
+    (root / "a.txt").write_text("a" * 10)
+    (root / "link.txt").symlink_to(out / "secret.txt")
+    (root / "sub" / "out").symlink_to(out, target_is_directory=True)
+    (root / "sub" / "loop").symlink_to(root, target_is_directory=True)
+    got = expand([str(root)])
+    assert got.files == [str(root / "a.txt")]
+    assert [(r["source"].removeprefix(str(root)), r["reason"]) for r in got.refused] == [
+        ("/link.txt", "outside_roots"), ("/sub/out", "outside_roots")]
+    assert expand([str(root / "*.txt")]).refused[0]["source"].endswith("link.txt")  # a glob's root is its directory
+    assert expand([str(root / "link.txt")]).files == [str(root / "link.txt")]  # named: the user chose it
+    follow = expand([str(root)], follow_symlinks=True)  # the loop is walked once, not forever
+    assert [f.removeprefix(str(root)) for f in follow.files] == ["/a.txt", "/link.txt", "/sub/out/secret.txt"]
+    small = expand([str(root), str(out)], max_file_bytes=5)
+    assert small.files == [str(out / "secret.txt")] and small.refused[0]["reason"] == "too_large"
+    with pytest.raises(ValueError, match=r"no supported files.*a\.txt \(too_large\)"):
+        expand([str(root / "a.txt")], max_file_bytes=5)

@@ -1,0 +1,121 @@
+"""Hostile-load benchmark: /v1/retrieve latency of an ordinary client while hostile clients send what the API
+allows at its limits, against the same client on an idle graph, in one run (issue: "within 2x of idle").
+
+The hostile mix, 4 clients in a loop: the largest `sources` filter the API takes (api.max_sources globs of
+api.max_source_chars characters, each a pattern that backtracks), the longest question (api.max_question_chars of
+one "word", a single embedder token), and bodies the edge refuses (too many sources, a lone surrogate, a tiny
+temperature, an oversize body). The ordinary client asks plain questions sequentially. Median of --repeats runs.
+Writes benchmarks/results/hostile-<date>.json.
+
+    python benchmarks/hostile_bench.py [--requests 40] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ray
+from ray import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import apikeys  # noqa: E402
+from app.cli import write_demo_corpus  # noqa: E402
+from app.config import ApiConfig, load_config  # noqa: E402
+from app.ingest.pipeline import run_ingest  # noqa: E402
+from app.storage import Storage  # noqa: E402
+from benchmarks.serve_bench import QUESTIONS, deploy, pct  # noqa: E402
+
+HOSTILE_CLIENTS = 4
+
+
+def hostile_bodies(api: ApiConfig) -> list[tuple[str, bytes]]:
+    glob = ("*a" * (api.max_source_chars // 2))[: api.max_source_chars]  # many stars: the costly kind of pattern
+    return [
+        ("/v1/retrieve", json.dumps({"query": "exceptions", "top_k": api.max_top_k,
+                                     "sources": [glob] * api.max_sources}).encode()),
+        ("/v1/retrieve", json.dumps({"query": "x" * api.max_question_chars}).encode()),
+        ("/v1/retrieve", json.dumps({"query": "q", "sources": ["*"] * (api.max_sources * 100)}).encode()),
+        ("/v1/retrieve", b'{"query": "\\ud800 lone surrogate"}'),
+        ("/v1/query", json.dumps({"question": "q", "temperature": 1e-300}).encode()),
+        ("/v1/query", json.dumps({"question": "y" * (api.max_body_bytes + 1)}).encode()),
+    ]
+
+
+async def ordinary(client: httpx.AsyncClient, n: int) -> list[float]:
+    latencies = []
+    for i in range(n):
+        r = await client.post("/v1/retrieve", json={"query": QUESTIONS[i % len(QUESTIONS)], "top_k": 5})
+        assert r.status_code == 200, r.text
+        latencies.append(r.elapsed.total_seconds() * 1e3)
+    return latencies
+
+
+async def measure(url: str, key: str, n: int, api: ApiConfig, hostile: bool) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}", "content-type": "application/json"}
+    statuses: dict[int, int] = {}
+    stop = asyncio.Event()
+
+    async def attacker(client: httpx.AsyncClient) -> None:
+        bodies = hostile_bodies(api)
+        i = 0
+        while not stop.is_set():
+            path, body = bodies[i % len(bodies)]
+            r = await client.post(path, content=body)
+            statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+            i += 1
+
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=120) as client:
+        await ordinary(client, 5)  # warm
+        attackers = [asyncio.create_task(attacker(client)) for _ in range(HOSTILE_CLIENTS if hostile else 0)]
+        latencies = await ordinary(client, n)
+        stop.set()
+        await asyncio.gather(*attackers)
+    return {"p50_ms": pct(latencies, 50), "p95_ms": pct(latencies, 95), "hostile_statuses": statuses}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
+    ap.add_argument("--requests", type=int, default=40, help="Ordinary requests per measurement")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--port", type=int, default=8767)
+    args = ap.parse_args()
+    storage = Storage(str(Path(args.storage).resolve()))
+    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    base = ["ingest.embed.concurrency=1"]
+    if not storage.exists("indexes"):
+        run_ingest([str(write_demo_corpus(storage.local_path("demo-corpus")))], load_config(None, base), storage)
+    deploy(storage, ["serve.generator.engine=transformers"], args.port)
+    key = apikeys.load(storage)[0][0]
+    api = load_config(None, []).serve.api
+    url = f"http://127.0.0.1:{args.port}"
+    runs: dict[str, list[dict[str, Any]]] = {"idle": [], "hostile": []}
+    for r in range(args.repeats):
+        for name in runs:
+            runs[name].append(asyncio.run(measure(url, key, args.requests, api, name == "hostile")))
+            print(f"repeat {r + 1} {name:8s} p50 {runs[name][-1]['p50_ms']:.1f} ms  "
+                  f"{runs[name][-1]['hostile_statuses']}", flush=True)
+    serve.shutdown()
+    summary = {name: {k: statistics.median(x[k] for x in xs) for k in ("p50_ms", "p95_ms")}
+               for name, xs in runs.items()}
+    ratio = summary["hostile"]["p50_ms"] / summary["idle"]["p50_ms"]
+    print(f"/v1/retrieve p50 idle {summary['idle']['p50_ms']:.1f} ms, under hostile load "
+          f"{summary['hostile']['p50_ms']:.1f} ms: {ratio:.2f}x (goal <= 2x)")
+    result = {"date": dt.date.today().isoformat(), "command": "python benchmarks/hostile_bench.py",
+              "hostile_clients": HOSTILE_CLIENTS, "requests": args.requests, "repeats": args.repeats,
+              "runs": runs, "summary": summary, "ratio_p50": round(ratio, 2)}
+    (ROOT / "benchmarks" / "results" / f"hostile-{result['date']}.json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
