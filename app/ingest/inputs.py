@@ -17,8 +17,6 @@ import pyarrow.fs as pafs
 
 from app.ingest.parse import file_format
 
-REFUSED_REASONS = ("too_large", "outside_roots")
-
 
 @dataclass
 class Inputs:
@@ -26,7 +24,7 @@ class Inputs:
     files: list[str]  # paths on `filesystem`, sorted
     skipped: list[str] = field(default_factory=list)  # files inside given directories with unsupported types
     uri_prefix: str = ""  # "s3://" etc., to show sources as URIs
-    refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (REFUSED_REASONS), detail}
+    refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (too_large|outside_roots), detail}
 
     def source(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"

@@ -134,7 +134,7 @@ def parse_file(source: str, data: bytes, cfg: ReadConfig) -> Parsed:
     if fmt == "parquet":
         return _parquet(data, source, cfg)
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:  # as git decides: text never holds NUL; images, archives, PDFs do
-        raise Unreadable(f"binary content (a NUL byte in its first {BINARY_SNIFF_BYTES} bytes), not {fmt} text")
+        raise Unreadable(f"binary content (a NUL byte in its first {BINARY_SNIFF_BYTES} bytes), not a {fmt} file")
     if fmt == "html":
         return _html(data, source)
     return _plain(data, source, markdown=fmt == "markdown")

@@ -172,15 +172,18 @@ def test_the_live_openapi_schema_survives_fuzzing(served):
     watcher.start()
     try:
         for operation in (result.ok() for result in schema.get_all_operations()):
-            for mode, examples in ((schemathesis.GenerationMode.NEGATIVE, 6),
-                                   (schemathesis.GenerationMode.POSITIVE, 3)):
-                given(case=operation.as_strategy(mode))(settings(
-                    max_examples=examples, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))(check))()
+            modes = [(schemathesis.GenerationMode.POSITIVE, 2)]
+            if operation.method.upper() == "POST":  # a GET here takes no input to make invalid
+                modes.insert(0, (schemathesis.GenerationMode.NEGATIVE, 5))
+            for mode, examples in modes:
+                settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+                         suppress_health_check=list(HealthCheck))(
+                    given(case=operation.as_strategy(mode))(lambda case: check(case)))()
     finally:
         done.set()
         watcher.join()
-    assert seen.get(401, 0) >= len(spec["paths"]) - 1 and any(400 <= s < 500 and s != 401 for s in seen), seen
+    assert seen.get(200) and seen.get(401, 0) >= len(spec["paths"]) - 1, seen
+    assert any(400 <= s < 500 and s != 401 for s in seen), seen
     assert health and max(health) < 2.0 and sorted(health)[len(health) // 2] < 0.2, health
 
 
@@ -286,19 +289,6 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     assert r.status_code == 200 and r.json()["models"]["reranker"] == "reranker:v1", r.text
 
 
-def test_locust_smoke_run_writes_the_report(served, tmp_path):
-    out = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key", served["key"],
-                           "--users", "2", "--duration", "15s", "--max-tokens", "8", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(out.with_suffix(".json").read_text())
-    total = report["endpoints"]["Aggregated"]
-    assert total["requests"] > 5 and total["failures"] == 0
-    assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
-    assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
-
-
 def replica_of(deployment: str) -> object:
     """The actor of `deployment`'s (only) replica in the `ragline` application."""
     (name,) = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
@@ -307,12 +297,12 @@ def replica_of(deployment: str) -> object:
 
 
 def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp_path):
-    """Locust sends its mix (retrieve, query, streamed chat) while the Retriever's replica is killed, and later the
-    Serve controller: retrieval answers again within 30 s of each kill, and what failed is counted in the report
-    as 503s (unavailable, retry), never as a hang."""
+    """Locust (`load_tests.run`, which writes the JSON and Markdown reports) sends its mix (retrieve, query, streamed
+    chat) while the Retriever's replica is killed, and later the Serve controller: retrieval answers again within
+    30 s of each kill, and what failed is counted in the report as 503s (unavailable, retry), never as a hang."""
     out = tmp_path / "report"
     locust = subprocess.Popen([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key",
-                               served["key"], "--users", "2", "--duration", "75s", "--max-tokens", "8", "--out",
+                               served["key"], "--users", "2", "--duration", "50s", "--max-tokens", "8", "--out",
                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def recovered_after_s(kill: object) -> float:
@@ -328,9 +318,9 @@ def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp
         return float("inf")
 
     try:
-        time.sleep(10)  # steady traffic first
+        time.sleep(5)  # steady traffic first
         replica_s = recovered_after_s(replica_of("Retriever"))
-        time.sleep(5)
+        time.sleep(2)
         controller_s = recovered_after_s(ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE))
         _, err = locust.communicate(timeout=240)
     finally:
@@ -343,8 +333,10 @@ def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp
     total = report["endpoints"]["Aggregated"]
     print(f"recovery: replica {replica_s:.1f} s, controller {controller_s:.1f} s; failed {total['failures']} of "
           f"{total['requests']}: {total['errors_by_status']}")
-    assert total["requests"] > 20 and total["failures"] <= 0.25 * total["requests"], total
+    assert total["requests"] >= 10 and total["failures"] <= 0.25 * total["requests"], total
     assert set(total["errors_by_status"]) <= {"503"}, total
+    assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
+    assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
 
 
 EXPORT_S = 3  # the session's Ray exports metrics every 2 s (metrics_report_interval_ms in conftest.py)
