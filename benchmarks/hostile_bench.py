@@ -22,18 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import ray
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import apikeys  # noqa: E402
-from app.cli import write_demo_corpus  # noqa: E402
 from app.config import ApiConfig, load_config  # noqa: E402
-from app.ingest.pipeline import run_ingest  # noqa: E402
-from app.storage import Storage  # noqa: E402
-from benchmarks.serve_bench import QUESTIONS, deploy, pct  # noqa: E402
+from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy, pct  # noqa: E402
 
 HOSTILE_CLIENTS = 4
 
@@ -90,11 +86,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--port", type=int, default=8767)
     args = ap.parse_args()
-    storage = Storage(str(Path(args.storage).resolve()))
-    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
-    base = ["ingest.embed.concurrency=1"]
-    if not storage.exists("indexes"):
-        run_ingest([str(write_demo_corpus(storage.local_path("demo-corpus")))], load_config(None, base), storage)
+    storage = demo_storage(args.storage)
     deploy(storage, ["serve.generator.engine=transformers"], args.port)
     key = apikeys.load(storage)[0][0]
     api = load_config(None, []).serve.api

@@ -166,18 +166,23 @@ def deploy(storage: Storage, overrides: list[str], port: int, generator: dict[st
     serving.deploy(schema)
 
 
+def demo_storage(root: str) -> Storage:
+    """A local Ray, and the storage root with the demo corpus indexed (ingested on first use)."""
+    storage = Storage(str(Path(root).resolve()))
+    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    if not storage.exists("indexes"):
+        corpus = write_demo_corpus(storage.local_path("demo-corpus"))
+        run_ingest([str(corpus)], load_config(None, ["ingest.embed.concurrency=1"]), storage)
+    return storage
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
     ap.add_argument("--repeats", type=int, default=3, help="Repeats per measurement; the median is reported")
     ap.add_argument("--port", type=int, default=8765)
     args = ap.parse_args()
-    storage = Storage(str(Path(args.storage).resolve()))
-    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
-    base = ["ingest.embed.concurrency=1"]
-    if not storage.exists("indexes"):
-        corpus = write_demo_corpus(storage.local_path("demo-corpus"))
-        run_ingest([str(corpus)], load_config(None, base), storage)
+    storage = demo_storage(args.storage)
     reranker = make_reranker(storage.local_path())
     # the transformers engine on both sides: the in-process side has no Serve to reach the vLLM application
     # through (benchmarks/generate_bench.py compares the engines)
