@@ -2,12 +2,14 @@
 
     locust -f load_tests/locustfile.py --host http://127.0.0.1:8000 --api-key KEY      (web UI)
     python -m load_tests.run --url http://127.0.0.1:8000 --users 8 --duration 60s      (headless, with a report)
+
+Tasks are tagged `retrieve` and `generate` (query and streamed chat): `--tags retrieve` sends retrieval only.
 """
 
 import json
 import random
 
-from locust import HttpUser, between, events, task
+from locust import HttpUser, between, events, tag, task
 
 QUESTIONS = [
     "How do I make sure clean-up code runs even when an exception is raised?",
@@ -40,18 +42,21 @@ class RaglineUser(HttpUser):
         self.client.headers["Authorization"] = f"Bearer {self.environment.parsed_options.api_key}"
         self.max_tokens = self.environment.parsed_options.max_tokens
 
+    @tag("retrieve")
     @task(5)
     def retrieve(self) -> None:
         with self.client.post("/v1/retrieve", json={"query": random.choice(QUESTIONS), "top_k": 5},
                               catch_response=True) as r:
             _check(r)
 
+    @tag("generate")
     @task(2)
     def query(self) -> None:
         with self.client.post("/v1/query", json={"question": random.choice(QUESTIONS), "max_tokens": self.max_tokens},
                               catch_response=True) as r:
             _check(r)
 
+    @tag("generate")
     @task(1)
     def chat_stream(self) -> None:
         body = {"model": "ragline", "stream": True, "max_tokens": self.max_tokens,

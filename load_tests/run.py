@@ -36,7 +36,8 @@ def summarize(prefix: Path) -> dict:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"Load test: {report['users']} users, {report['duration']}, against {report['url']}", "",
+    lines = [f"Load test: {report['users']} users, {report['duration']}, tasks {' '.join(report['tags'])}, against "
+             f"{report['url']}", "",
              "| endpoint | requests | failures | p50 ms | p95 ms | p99 ms | req/s | errors by status |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     for name, e in report["endpoints"].items():
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--users", type=int, default=8, help="Concurrent simulated users")
     ap.add_argument("--duration", default="60s", help="Run time (locust syntax: 30s, 2m)")
     ap.add_argument("--max-tokens", type=int, default=32, help="Answer length of generating requests")
+    ap.add_argument("--tags", nargs="+", choices=["retrieve", "generate"], help="Only these tasks (default: all)")
     ap.add_argument("--out", type=Path, default=Path("load_tests/report"), help="Output prefix (.json, .md)")
     args = ap.parse_args(argv)
     if args.users < 1:
@@ -64,10 +66,13 @@ def main(argv: list[str] | None = None) -> dict:
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--host", args.url,
            "-u", str(args.users), "-r", str(args.users), "-t", args.duration, "--csv", str(prefix),
            "--api-key", args.key, "--max-tokens", str(args.max_tokens), "--only-summary", "--stop-timeout", "30"]
+    if args.tags:
+        cmd += ["--tags", *args.tags]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if not prefix.with_name(prefix.name + "_stats.csv").exists():
         sys.exit(f"locust produced no stats (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    report = {"url": args.url, "users": args.users, "duration": args.duration, "endpoints": summarize(prefix)}
+    report = {"url": args.url, "users": args.users, "duration": args.duration, "tags": args.tags or ["all"],
+              "endpoints": summarize(prefix)}
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=2))
     args.out.with_suffix(".md").write_text(markdown(report))
     print(markdown(report))

@@ -297,12 +297,13 @@ def replica_of(deployment: str) -> object:
 
 
 def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp_path):
-    """Locust (`load_tests.run`, which writes the JSON and Markdown reports) sends its mix (retrieve, query, streamed
-    chat) while the Retriever's replica is killed, and later the Serve controller: retrieval answers again within
-    30 s of each kill, and what failed is counted in the report as 503s (unavailable, retry), never as a hang."""
+    """Locust (`load_tests.run`, which writes the JSON and Markdown reports) sends retrieval traffic while the
+    Retriever's replica is killed, and later the Serve controller: retrieval answers again within 30 s of each kill,
+    and what failed is counted in the report as 503s (unavailable, retry), never as a hang. Retrieval only, because on
+    two cores a generating request takes seconds, and a 50 s mix is too few requests to count failures against."""
     out = tmp_path / "report"
     locust = subprocess.Popen([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key",
-                               served["key"], "--users", "2", "--duration", "50s", "--max-tokens", "8", "--out",
+                               served["key"], "--users", "2", "--duration", "50s", "--tags", "retrieve", "--out",
                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def recovered_after_s(kill: object) -> float:
@@ -333,7 +334,7 @@ def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp
     total = report["endpoints"]["Aggregated"]
     print(f"recovery: replica {replica_s:.1f} s, controller {controller_s:.1f} s; failed {total['failures']} of "
           f"{total['requests']}: {total['errors_by_status']}")
-    assert total["requests"] >= 10 and total["failures"] <= 0.25 * total["requests"], total
+    assert total["requests"] >= 30 and total["failures"] <= 0.25 * total["requests"], total
     assert set(total["errors_by_status"]) <= {"503"}, total
     assert report["endpoints"]["/v1/retrieve"]["p50_ms"] > 0
     assert "| /v1/retrieve |" in out.with_suffix(".md").read_text()
