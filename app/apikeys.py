@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from app import envs
+from app.errors import NotFound, UserError
 from app.storage import Storage
 
 KEY_FILE = "secrets/api-keys"
@@ -32,8 +33,8 @@ def parse(text: str, where: str) -> list[str]:
     for n, line in enumerate(text.splitlines(), start=1):
         for key in (k.strip() for k in line.split("#", 1)[0].split(",")):
             if key and len(key) < MIN_KEY_CHARS:
-                raise ValueError(f"{where} line {n}: an API key of {len(key)} characters; keys need at least "
-                                 f"{MIN_KEY_CHARS} (make one with `openssl rand -hex 32`)")
+                raise UserError(f"{where} line {n}: an API key of {len(key)} characters; keys need at least "
+                                f"{MIN_KEY_CHARS} (make one with `openssl rand -hex 32`)")
             if key:
                 keys.append(key)
     return keys
@@ -46,10 +47,10 @@ def digest(key: str) -> str:
 def _read_file(path: str) -> list[str]:
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ValueError(f"API key file {p} does not exist")
+        raise NotFound(f"API key file {p} does not exist")
     keys = parse(p.read_text(encoding="utf-8"), str(p))
     if not keys:
-        raise ValueError(f"API key file {p} holds no key")
+        raise UserError(f"API key file {p} holds no key")
     return keys
 
 
@@ -61,8 +62,8 @@ def load(storage: Storage, keys_file: str | None = None, create: bool = True) ->
     if path := keys_file or envs.RAGLINE_API_KEYS_FILE:
         return _read_file(path), str(Path(path).expanduser()), None
     if not create and not storage.exists(KEY_FILE):
-        raise ValueError(f"no API key: set RAGLINE_API_KEYS or RAGLINE_API_KEYS_FILE, or run `ragline serve` "
-                         f"(it keeps one in {storage.path(KEY_FILE)})")
+        raise UserError(f"no API key: set RAGLINE_API_KEYS or RAGLINE_API_KEYS_FILE, or run `ragline serve` "
+                        f"(it keeps one in {storage.path(KEY_FILE)})")
     new = f"rl-{secrets.token_urlsafe(24)}"
     created = storage.create_exclusive(KEY_FILE, (new + "\n").encode())
     if created and storage.is_local:

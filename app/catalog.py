@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from app.errors import Conflict, NotFound
 from app.storage import Storage
 
 Kind = Literal["datasets", "indexes"]
@@ -98,17 +99,17 @@ class Catalog:
         rel = f"{kind}/{version}/manifest.json"
         if not self.storage.exists(rel):
             have = [m.version for m in self.versions(kind)]
-            raise ValueError(f"{NOUN[kind]} version {version} does not exist (published: {have or 'none'})")
+            raise NotFound(f"{NOUN[kind]} version {version} does not exist (published: {have or 'none'})")
         return Manifest.model_validate(self.storage.read_json(rel))
 
     def resolve(self, kind: Kind, version: int | None) -> Manifest:
-        """The given version, or the latest; ValueError if there is none."""
+        """The given version, or the latest; NotFound if there is none."""
         if version is not None:
             return self.get(kind, version)
         latest = self.latest(kind)
         if latest is None:
             hint = "run `ragline ingest PATH`" if kind == "datasets" else "run `ragline ingest` (or `index build`)"
-            raise ValueError(f"no {NOUN[kind]} version is published yet: {hint}")
+            raise NotFound(f"no {NOUN[kind]} version is published yet: {hint}")
         return latest
 
     def next_version(self, kind: Kind) -> int:
@@ -146,21 +147,6 @@ class Catalog:
         size, digest = self.storage.file_digest(rel)
         return FileEntry(path=rel, bytes=size, sha256=digest, rows=rows)
 
-    # ---- ingest runs ------------------------------------------------------------------------------------------
-    def save_run(self, record: dict[str, Any]) -> None:
-        self.storage.write_json(f"runs/ingest/{record['run_id']}.json", record)
-
-    def load_run(self, run_id: str) -> dict[str, Any]:
-        rel = f"runs/ingest/{run_id}.json"
-        if not self.storage.exists(rel):
-            raise ValueError(f"ingest run {run_id!r} does not exist")
-        return dict(self.storage.read_json(rel))
-
-    def runs(self) -> list[dict[str, Any]]:
-        names = [n for n in self.storage.listdir("runs/ingest") if n.endswith(".json") and ".tmp-" not in n]
-        records = [dict(self.storage.read_json(f"runs/ingest/{n}")) for n in names]
-        return sorted(records, key=lambda r: (r.get("submitted_at", ""), r["run_id"]))
-
     # ---- trained models ---------------------------------------------------------------------------------------
     def model_versions(self, name: str) -> list[ModelManifest]:
         base = f"models/{name}"
@@ -176,7 +162,7 @@ class Catalog:
         rel = f"models/{name}/{version}/manifest.json"
         if not self.storage.exists(rel):
             have = [m.version for m in self.model_versions(name)]
-            raise ValueError(f"model {name!r} has no version {version} (versions: {have or 'none'})")
+            raise NotFound(f"model {name!r} has no version {version} (versions: {have or 'none'})")
         return ModelManifest.model_validate(self.storage.read_json(rel))
 
     def publish_model(self, name: str, fields: dict[str, Any]) -> ModelManifest:
@@ -194,7 +180,7 @@ class Catalog:
         """Mark `version` as the one to serve (the serving graph picks it up without a restart)."""
         manifest = self.get_model(name, version)
         if bad := self.verify(manifest):
-            raise ValueError(f"model {name} version {version} is damaged: {'; '.join(bad)}")
+            raise Conflict(f"model {name} version {version} is damaged: {'; '.join(bad)}")
         self.storage.write_json(f"models/{name}/promoted.json", {"version": version, "promoted_at": now_iso()})
         return manifest
 

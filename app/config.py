@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from app.errors import NotFound, UserError
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -160,8 +162,6 @@ class RetrieverConfig(_Config):
         default=None, ge=1, description="Serve this index version only. None: the latest, hot-swapped when a newer "
         "one is published."
     )
-    poll_interval_s: float = Field(default=2.0, gt=0, description="How often (seconds) to look for a new index "
-                                   "version in the catalog.")
     max_batch_size: int = Field(default=32, ge=1, description="Queries embedded together (@serve.batch).")
     batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch to "
                                         "fill before embedding what has arrived.")
@@ -176,8 +176,6 @@ class RerankerConfig(_Config):
         "None, or nothing promoted yet: no reranking (the retriever's order passes through; responses say "
         "reranker: none)."
     )
-    poll_interval_s: float = Field(default=2.0, gt=0, description="How often (seconds) a catalog: model looks "
-                                   "for a newly promoted version.")
     candidates: int = Field(default=20, ge=1, le=1000, description="Retrieved chunks the reranker scores.")
     max_length: int = Field(default=256, ge=16, description="Tokens of (question, passage) the cross-encoder reads.")
     retriever_weight: float = Field(
@@ -308,6 +306,11 @@ class ApiConfig(_Config):
 class ServeConfig(_Config):
     """The Serve graph: retriever → reranker → generator behind the ingress."""
 
+    poll_interval_s: float = Field(
+        default=2.0, gt=0, description="How often (seconds) every deployment that follows the catalog looks for "
+        "what is new there: the retriever for a new index version, the reranker and the generator (with the LLM "
+        "application) for a newly promoted version of a catalog:NAME model."
+    )
     retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)
     reranker: RerankerConfig = Field(default_factory=RerankerConfig)
     generator: GeneratorConfig = Field(default_factory=GeneratorConfig)
@@ -334,7 +337,7 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     for part in parents:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ValueError(f"override {dotted!r}: {part!r} is not a section")
+            raise UserError(f"override {dotted!r}: {part!r} is not a section")
         node = child
     node[leaf] = value
 
@@ -345,7 +348,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"override {item!r} is not KEY=VALUE (for example ingest.chunk.chunk_tokens=128)")
+            raise UserError(f"override {item!r} is not KEY=VALUE (for example ingest.chunk.chunk_tokens=128)")
         _set_dotted(tree, key.strip(), yaml.safe_load(raw))
     return tree
 
@@ -369,24 +372,25 @@ def format_validation_error(err: ValidationError, source: str) -> str:
 
 
 def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
-    """The mapping at the top of a YAML file; ValueError naming the file if it is missing or not a mapping."""
+    """The mapping at the top of a YAML file; NotFound or UserError naming the file if it is missing or not a
+    mapping."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{what} {p} does not exist")
+        raise NotFound(f"{what} {p} does not exist")
     try:
         loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise ValueError(f"{what} {p} is not valid YAML: {e}") from e
+        raise UserError(f"{what} {p} is not valid YAML: {e}") from e
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
-        raise ValueError(f"{what} {p} must hold a mapping at the top level, not {type(loaded).__name__}")
+        raise UserError(f"{what} {p} must hold a mapping at the top level, not {type(loaded).__name__}")
     return loaded
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
                 inline: dict[str, Any] | None = None) -> AppConfig:
-    """Read YAML (if given; or take its `inline` content), apply dotted overrides, validate. Raises ValueError
+    """Read YAML (if given; or take its `inline` content), apply dotted overrides, validate. Raises UserError
     naming file and field."""
     if inline is not None:
         data, source = dict(inline), "inline config"
@@ -400,4 +404,4 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     try:
         return AppConfig.model_validate(data)
     except ValidationError as e:
-        raise ValueError(format_validation_error(e, source)) from e
+        raise UserError(format_validation_error(e, source)) from e

@@ -5,6 +5,8 @@ Everything else takes these values as arguments, so tests and Ray workers see ex
 
 import os
 
+from app.errors import NotFound
+
 #: Storage root (local path or any pyarrow.fs URI such as s3://bucket/prefix). Default: ./.ragline
 RAGLINE_STORAGE: str = os.environ.get("RAGLINE_STORAGE", "")
 #: Ray cluster address (as for ray.init). Empty: start or join a local Ray.
@@ -54,5 +56,5 @@ def ray_auth_token() -> str:
         with open(path, encoding="utf-8") as f:
             return f.read().strip()
     if RAY_AUTH_TOKEN_PATH:
-        raise ValueError(f"RAY_AUTH_TOKEN_PATH names {path}, which does not exist")
+        raise NotFound(f"RAY_AUTH_TOKEN_PATH names {path}, which does not exist")
     return ""

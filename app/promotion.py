@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from app import serving
 from app.catalog import Catalog
+from app.errors import Conflict, UserError
 from app.eval.answers import AnswerEvalReport, Endpoint, evaluate_answers
 from app.storage import Storage
 
@@ -50,8 +51,8 @@ def question_set(manifest_config: dict, dataset: Path | None) -> Path:
         return dataset
     rag_qa = ((manifest_config.get("sft") or {}).get("rag_qa") or {}).get("dataset")
     if not rag_qa:
-        raise ValueError("this version was not fine-tuned on a question set: give --dataset (questions to judge it "
-                         "by) or --force")
+        raise UserError("this version was not fine-tuned on a question set: give --dataset (questions to judge it "
+                        "by) or --force")
     return Path(rag_qa)
 
 
@@ -59,7 +60,7 @@ def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpo
                       dataset: Path | None = None, split: str = "dev", limit: int | None = 200,
                       concurrency: int = 8) -> PromotionResult:
     """Promotes generator `name` `version` if it beats the served graph on the question set; otherwise raises
-    ValueError with both scores. Needs a connected Ray and the graph served at `endpoint`."""
+    Conflict with both scores. Needs a connected Ray and the graph served at `endpoint`."""
     catalog = Catalog(storage)
     questions = question_set(catalog.get_model(name, version).config, dataset)
 
@@ -74,7 +75,7 @@ def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpo
     finally:
         serving.remove_candidate()
     if why := refusal(served, candidate):
-        raise ValueError(
+        raise Conflict(
             f"not promoted: {name} v{version} scores F1 {candidate.f1:.1f} (exact match {candidate.exact_match:.1f})"
             f" on {candidate.questions} {split} questions of {questions.name}, against F1 {served.f1:.1f} (exact "
             f"match {served.exact_match:.1f}) for {served.generator}, served now: {why} (eval runs "

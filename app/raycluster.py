@@ -11,21 +11,29 @@ from pathlib import Path
 import ray
 
 from app import envs
+from app.errors import RaglineError, Unavailable
 
 NAMESPACE = "ragline"
 
 
 def connect(address: str | None) -> None:
     """Join the Ray cluster at `address`, or the local one (starting it if needed), in the ragline namespace."""
+    try:
+        _connect(address)
+    except RuntimeError as e:  # Ray refused to start or join (a version mismatch, say): its message says why
+        raise RaglineError(str(e)) from e
+
+
+def _connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     if address:
         try:
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         except ConnectionError as e:  # unreachable, or refused for want of the cluster's token
-            raise RuntimeError(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]} (a cluster "
-                               "with token authentication, Ray's default, needs RAY_AUTH_MODE=token here and its "
-                               "token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from e
+            raise Unavailable(f"cannot join the Ray cluster at {address}: {str(e).splitlines()[0]} (a cluster "
+                              "with token authentication, Ray's default, needs RAY_AUTH_MODE=token here and its "
+                              "token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from e
         return
     try:
         ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False)
@@ -41,8 +49,8 @@ def connect(address: str | None) -> None:
             # ~/.ray/auth_token, where every Ray client on this machine finds it.
             made = subprocess.run([cmd[0], "get-auth-token", "--generate"], capture_output=True, text=True, env=env)
             if made.returncode != 0:
-                raise RuntimeError(f"could not make a Ray auth token: {made.stderr[-2000:]}") from None
+                raise RaglineError(f"could not make a Ray auth token: {made.stderr[-2000:]}") from None
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if done.returncode != 0:
-            raise RuntimeError(f"could not start a local Ray (`{' '.join(cmd)}`):\n{done.stderr[-2000:]}") from None
+            raise RaglineError(f"could not start a local Ray (`{' '.join(cmd)}`):\n{done.stderr[-2000:]}") from None
         ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False)

@@ -13,9 +13,15 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pydantic import BaseModel
 
 from app import envs
+from app.errors import RaglineError, Unavailable, UserError
+
+if TYPE_CHECKING:
+    from ray.serve.schema import ServeDeploySchema
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # What a job's working directory never needs to carry (the cluster has its own models and storage). Ray itself
@@ -36,7 +42,7 @@ def dashboard_url(address: str | None) -> str:
     if is_dashboard_url(address):
         return str(address).rstrip("/")
     if address:
-        raise ValueError(f"{address!r} is not a dashboard address: give --address http://HEAD:8265 (on a `ray up` "
+        raise UserError(f"{address!r} is not a dashboard address: give --address http://HEAD:8265 (on a `ray up` "
                          "cluster, `ray dashboard cluster/<cloud>.yaml` forwards it to 127.0.0.1:8265)")
     return envs.LOCAL_DASHBOARD
 
@@ -46,8 +52,41 @@ def auth_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-class Unreachable(RuntimeError):
+class Unreachable(Unavailable):
     """No dashboard answers at the address."""
+
+
+class Job(BaseModel):
+    """A job as the dashboard lists it (times in ms since the epoch)."""
+
+    submission_id: str | None
+    status: str
+    entrypoint: str
+    start_time: int | None
+    end_time: int | None
+    message: str | None
+
+
+class DeploymentState(BaseModel):
+    status: str | None
+    replicas: int
+
+
+class ServeApplication(BaseModel):
+    status: str | None
+    message: str | None
+    route_prefix: str | None
+    deployments: dict[str, DeploymentState]
+
+
+class ClusterStatus(BaseModel):
+    """What `ragline status` shows of a cluster: its jobs and Serve applications, or (no dashboard, `dashboard`
+    None) a note saying where none answered. Dumped with `exclude_unset`, it has only the fields it was given."""
+
+    dashboard: str | None
+    jobs: list[Job] | None = None
+    serve: dict[str, ServeApplication] | None = None
+    note: str | None = None
 
 
 def _client(kind: str, url: str) -> Any:
@@ -66,14 +105,14 @@ def job_command(command: str, args: list[str], global_args: list[str]) -> str:
     """The job's entrypoint: this checkout's CLI (`python -m app.cli`, imported from the uploaded working
     directory), with the driver doing the work itself."""
     if command not in IN_PROCESS:
-        raise ValueError(f"cannot submit {command!r}: one of {', '.join(IN_PROCESS)}")
+        raise UserError(f"cannot submit {command!r}: one of {', '.join(IN_PROCESS)}")
     return shlex.join(["python", "-m", "app.cli", *global_args, command, *args, *IN_PROCESS[command]])
 
 
 def submit(url: str, entrypoint: str, working_dir: Path, submission_id: str | None = None) -> str:
-    if not (working_dir / "app" / "cli.py").is_file():
-        raise ValueError(f"working directory {working_dir} is not a Ragline checkout (no app/cli.py): the job runs "
-                         "the code it uploads")
+    if not any((working_dir / "app" / cli).is_file() for cli in ("cli/__init__.py", "cli.py")):
+        raise UserError(f"working directory {working_dir} is not a Ragline checkout (no app/cli): the job runs "
+                        "the code it uploads")
     # Ray logs every .gitignore it honours at INFO; keep the submit output to what the user needs
     logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
     runtime_env = {"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES,
@@ -98,37 +137,37 @@ def follow(url: str, job_id: str, stream: TextIO = sys.stdout) -> str:
     return status
 
 
-def jobs(url: str) -> list[dict[str, Any]]:
+def jobs(url: str) -> list[Job]:
     """The cluster's jobs, newest first."""
-    rows = [{"submission_id": j.submission_id, "status": str(j.status.value), "entrypoint": j.entrypoint,
-             "start_time": j.start_time, "end_time": j.end_time, "message": j.message}
+    rows = [Job(submission_id=j.submission_id, status=str(j.status.value), entrypoint=j.entrypoint,
+                start_time=j.start_time, end_time=j.end_time, message=j.message)
             for j in _client("jobs", url).list_jobs()]
-    return sorted(rows, key=lambda r: r["start_time"] or 0, reverse=True)
+    return sorted(rows, key=lambda r: r.start_time or 0, reverse=True)
 
 
-def serve_applications(url: str) -> dict[str, dict[str, Any]]:
+def serve_applications(url: str) -> dict[str, ServeApplication]:
     """Serve applications by name: status, message and each deployment's status and replica count."""
     details = _client("serve", url).get_serve_details()
-    return {name: {"status": a.get("status"), "message": a.get("message", ""),
-                   "route_prefix": a.get("route_prefix"),
-                   "deployments": {d: {"status": dd.get("status"), "replicas": len(dd.get("replicas") or [])}
-                                   for d, dd in (a.get("deployments") or {}).items()}}
+    return {name: ServeApplication(
+        status=a.get("status"), message=a.get("message", ""), route_prefix=a.get("route_prefix"),
+        deployments={d: DeploymentState(status=dd.get("status"), replicas=len(dd.get("replicas") or []))
+                     for d, dd in (a.get("deployments") or {}).items()})
             for name, a in (details.get("applications") or {}).items()}
 
 
-def deploy(url: str, config: dict[str, Any], timeout_s: float = 900) -> None:
+def deploy(url: str, schema: ServeDeploySchema, timeout_s: float = 900) -> None:
     """PUT the Serve config (as `serve deploy` does) and wait until every application is RUNNING."""
-    _client("serve", url).deploy_applications(config)
-    names = [a["name"] for a in config["applications"]]
+    _client("serve", url).deploy_applications(schema.model_dump(mode="json", exclude_unset=True))
+    names = [a.name for a in schema.applications]
     deadline = time.time() + timeout_s
     while True:
         apps = serve_applications(url)
-        states = {n: apps[n]["status"] if n in apps else "NOT_STARTED" for n in names}
+        states = {n: apps[n].status if n in apps else "NOT_STARTED" for n in names}
         if all(s == "RUNNING" for s in states.values()):
             return
-        failed = {n: apps[n]["message"] for n, s in states.items() if s in ("DEPLOY_FAILED", "UNHEALTHY")}
+        failed = {n: apps[n].message for n, s in states.items() if s in ("DEPLOY_FAILED", "UNHEALTHY")}
         if failed:
-            raise RuntimeError(f"Serve application failed to deploy: {failed}")
+            raise RaglineError(f"Serve application failed to deploy: {failed}")
         if time.time() > deadline:
-            raise RuntimeError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
+            raise RaglineError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
         time.sleep(2)

@@ -17,6 +17,7 @@ import yaml
 
 from app import envs
 from app.config import load_config, read_yaml_mapping
+from app.errors import Conflict, NotFound, RaglineError, TimedOut, Unavailable, UserError
 from app.storage import Storage
 
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "serve_cpu.yaml"
@@ -38,10 +39,10 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
 
     p = Path(path) if path else DEFAULT_SERVE_CONFIG
     if not p.is_file():
-        raise ValueError(f"Serve config {p} does not exist")
+        raise NotFound(f"Serve config {p} does not exist")
     raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     if not isinstance(raw, dict) or not raw.get("applications"):
-        raise ValueError(f"Serve config {p} has no applications")
+        raise UserError(f"Serve config {p} has no applications")
     for app in raw["applications"]:
         if app.get("import_path") not in (GRAPH, LLM):
             continue
@@ -64,7 +65,7 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
     try:
         return ServeDeploySchema.model_validate(raw)
     except Exception as e:  # pydantic's message names the field
-        raise ValueError(f"Serve config {p} is invalid: {e}") from e
+        raise UserError(f"Serve config {p} is invalid: {e}") from e
 
 
 def _generator_engine(args: dict[str, Any]) -> str:
@@ -99,9 +100,9 @@ def wait_running(names: list[str], timeout_s: float) -> None:
             return
         failed = {n: apps[n].message for n, s in states.items() if s in ("DEPLOY_FAILED", "UNHEALTHY")}
         if failed:
-            raise RuntimeError(f"Serve application failed to deploy: {failed}")
+            raise RaglineError(f"Serve application failed to deploy: {failed}")
         if time.time() > deadline:
-            raise RuntimeError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
+            raise RaglineError(f"Serve applications not RUNNING after {timeout_s}s: {states}")
         time.sleep(1)
 
 
@@ -129,12 +130,12 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
     served graph holds most of it, and a candidate is only asked a question set."""
     running = _running_config()
     if running is None:
-        raise ValueError("the running Serve applications were not deployed from a Serve config (`ragline "
-                         "serve` deploys one): a candidate cannot be added beside them")
+        raise Conflict("the running Serve applications were not deployed from a Serve config (`ragline "
+                       "serve` deploys one): a candidate cannot be added beside them")
     details, apps = running
     graph = next((a for n, a in apps.items() if a["import_path"] == GRAPH and n not in CANDIDATES), None)
     if graph is None:
-        raise ValueError("no Ragline graph is being served: start one with `ragline serve`")
+        raise Conflict("no Ragline graph is being served: start one with `ragline serve`")
     llm = next((a for n, a in apps.items() if a["import_path"] == LLM and n not in CANDIDATES), None)
     overrides = [f"serve.generator.model={model}", f"serve.generator.llm_app={CANDIDATE_LLM}",
                  "serve.generator.cpus=0.05"]
@@ -197,6 +198,16 @@ def query(url: str, key: str, question: str, timeout_s: float = 300, **params: A
     body = r.json()
     if r.status_code != 200:
         err = body.get("error", {}) if isinstance(body, dict) else {}
-        kind = ValueError if r.status_code < 500 else RuntimeError  # the caller's mistake, or the server's
-        raise kind(f"{url} answered {r.status_code}: {err.get('message', body)}")
+        raise _error_of(r.status_code)(f"{url} answered {r.status_code}: {err.get('message', body)}")
     return dict(body)
+
+
+def _error_of(status: int) -> type[RaglineError]:
+    """The error an HTTP status reports: the caller's mistake (4xx), not now (503, 504) or the server's (5xx)."""
+    if status == 404:
+        return NotFound
+    if status == 409:
+        return Conflict
+    if status < 500:
+        return UserError
+    return {503: Unavailable, 504: TimedOut}.get(status, RaglineError)

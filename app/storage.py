@@ -17,13 +17,15 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from app.errors import UserError
+
 
 class Storage:
     """A storage root. Picklable (holds only its URI), so it can travel to Ray workers."""
 
     def __init__(self, uri: str):
         if not uri:
-            raise ValueError("storage root is empty")
+            raise UserError("storage root is empty")
         self.uri = uri
         self._fs: pafs.FileSystem | None = None
         self._base = ""

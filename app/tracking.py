@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from app.errors import UserError
 from app.storage import Storage
 
 EXPERIMENT = "ragline"
@@ -17,7 +18,7 @@ def tracking_uri(configured: str | None, storage: Storage) -> str:
     if configured:
         return configured
     if not storage.is_local:
-        raise ValueError("mlflow_tracking_uri is needed when the storage root is not a local path")
+        raise UserError("mlflow_tracking_uri is needed when the storage root is not a local path")
     return storage.local_path("mlruns").as_uri()
 
 

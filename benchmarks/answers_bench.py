@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from app import apikeys  # noqa: E402
 from app.config import load_config  # noqa: E402
 from app.eval.answers import Endpoint, evaluate_answers  # noqa: E402
-from app.ingest.pipeline import run_ingest  # noqa: E402
+from app.indexing import run_ingest  # noqa: E402
 from app.qa.questions import write_corpus  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from benchmarks.serve_bench import deploy  # noqa: E402

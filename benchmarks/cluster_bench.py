@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 
-from app.cli import write_demo_corpus  # noqa: E402
+from app.demo_corpus import write_demo_corpus  # noqa: E402
 
 
 def free_port() -> int:

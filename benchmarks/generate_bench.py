@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import apikeys, envs  # noqa: E402
-from app.cli import write_demo_corpus  # noqa: E402
 from app.config import GeneratorConfig, load_config  # noqa: E402
-from app.ingest.pipeline import run_ingest  # noqa: E402
+from app.demo_corpus import write_demo_corpus  # noqa: E402
+from app.indexing import run_ingest  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
 from app.rag.prompt import Message, rag_prompt  # noqa: E402

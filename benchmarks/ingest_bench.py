@@ -106,7 +106,7 @@ def run_baseline(corpus: Path, cfg: Any, out_dir: Path) -> dict[str, Any]:
 
 
 def run_pipeline(corpus: Path, cfg: Any, out_dir: Path) -> dict[str, Any]:
-    from app.ingest.pipeline import run_ingest
+    from app.indexing import run_ingest
     from app.storage import Storage
 
     t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import apikeys, serving  # noqa: E402
-from app.cli import write_demo_corpus  # noqa: E402
-from app.config import load_config  # noqa: E402
-from app.index.fusion import rerank_order  # noqa: E402
-from app.ingest.pipeline import run_ingest  # noqa: E402
+from app.config import AppConfig, load_config  # noqa: E402
+from app.demo_corpus import write_demo_corpus  # noqa: E402
+from app.indexing import run_ingest  # noqa: E402
+from app.models import cross_encoder  # noqa: E402
+from app.rag.flow import RagFlow  # noqa: E402
+from app.rag.protocol import (  # noqa: E402
+    Document,
+    Embedded,
+    Generation,
+    Passage,
+    Piece,
+    Ranking,
+    Retrieved,
+)
 from app.storage import Storage  # noqa: E402
 from deployments.generator import Generator  # noqa: E402
-from deployments.settings import Settings  # noqa: E402
 
 QUESTIONS = [
     "How do I make sure clean-up code runs even when an exception is raised?",
@@ -69,37 +79,64 @@ async def run_clients(call, n_clients: int, n_requests: int) -> dict[str, float]
     return {"p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99), "rps": n_requests / wall}
 
 
-class InProcess:
+class LocalBackends:
     """What a user writes without Serve: the same components as plain objects in one process, called from
     threads (the index + embedder, a CrossEncoder, the generator's engine and prompt)."""
 
-    def __init__(self, settings: Settings, reranker_path: str):
-        from sentence_transformers import CrossEncoder
-
+    def __init__(self, storage: str, cfg: AppConfig, reranker_path: str):
         from app.index.search import Index, Searcher
 
-        cfg = settings.app
-        self.searcher = Searcher(Index.load(Storage(settings.storage)), cfg.search)
-        self.cross_encoder = CrossEncoder(reranker_path, max_length=cfg.serve.reranker.max_length, device="cpu")
-        self.generator = Generator.func_or_class(settings)  # no @serve.batch inside: usable as a plain object
+        self.index = Index.load(Storage(storage))
+        self.searcher = Searcher(self.index, cfg.search)
+        self.cross_encoder = cross_encoder.load(reranker_path, cfg.serve.reranker.max_length)
+        # no @serve.batch inside: usable as a plain object
+        self.generator = Generator.func_or_class(storage, cfg.serve.generator, cfg.serve.poll_interval_s)
         self.rerank_cfg = cfg.serve.reranker
 
-    async def retrieve(self, q: str, k: int = 5) -> Any:
-        return await asyncio.to_thread(self.searcher.search, q, None, k)
+    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
+        hits = await asyncio.to_thread(self.searcher.search, query, None, k)
+        return Retrieved(index_version=self.index.version, mode=mode or "hybrid",
+                         embedder=self.index.manifest.embedder.name, hits=[Passage(**h.to_dict()) for h in hits],
+                         timings_ms={})
 
-    def _rank(self, q: str, texts: list[str], top_n: int, retriever_weight: float = 0.0) -> list[int]:
-        """As the Reranker deployment orders them: retrieved texts fused with their retrieval order."""
-        scores = self.cross_encoder.predict([(q, t) for t in texts], batch_size=64, show_progress_bar=False)
-        return rerank_order([float(s) for s in scores], retriever_weight, self.rerank_cfg.rrf_k)[:top_n]
+    def _rank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
+        """As the Reranker deployment orders them: retrieved passages fused with their retrieval order."""
+        pairs = [(query, cross_encoder.passage_text(title, text)) for title, text in documents]
+        scores = cross_encoder.score(self.cross_encoder, pairs)
+        weight = self.rerank_cfg.retriever_weight if retrieved else 0.0
+        order = cross_encoder.rerank_order(scores, weight, self.rerank_cfg.rrf_k)[:top_n]
+        return Ranking("bench-cross-encoder", order, [scores[i] for i in order])
+
+    async def rerank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
+        return await asyncio.to_thread(self._rank, query, documents, top_n, retrieved)
+
+    def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
+        return self.generator.stream(question, passages, generation)
+
+    async def embed(self, texts: list[str]) -> Embedded:
+        raise NotImplementedError("not measured")
+
+    async def ready(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+
+class InProcess:
+    """The same RagFlow the Ingress runs, over LocalBackends."""
+
+    def __init__(self, storage: str, cfg: AppConfig, reranker_path: str):
+        self.flow = RagFlow(LocalBackends(storage, cfg, reranker_path), candidates=cfg.serve.reranker.candidates)
+        self.generation = Generation(max_tokens=MAX_TOKENS)
+
+    async def retrieve(self, q: str, k: int = 5) -> Retrieved:
+        return await self.flow.retrieve(q, None, k, None, {})
 
     async def rerank(self, q: str) -> Any:
-        return await asyncio.to_thread(self._rank, q, self.docs, PASSAGES)
+        return await self.flow.rank(q, [("", d) for d in self.docs], PASSAGES)
 
     async def query(self, q: str) -> Any:
-        hits = [h.to_dict() for h in await self.retrieve(q, self.rerank_cfg.candidates)]
-        texts = [h["text"] for h in hits]
-        order = await asyncio.to_thread(self._rank, q, texts, 5, self.rerank_cfg.retriever_weight)
-        return await self.generator.generate(q, [hits[i] for i in order], max_tokens=MAX_TOKENS)
+        timings: dict[str, float] = {}
+        context = await self.flow.context(q, 5, None, None, timings)
+        return await self.flow.answer(q, context, self.generation, timings)
 
 
 class OverHttp:
@@ -189,10 +226,9 @@ def main() -> None:
     overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}",
                  "serve.generator.engine=transformers"]
     cfg = load_config(None, overrides)
-    settings = Settings(storage=storage.uri, config=cfg.model_dump())
     key = apikeys.load(storage)[0][0]
-    local = InProcess(settings, reranker)
-    docs = [h.text for h in asyncio.run(local.retrieve(QUESTIONS[0]))] * 4
+    local = InProcess(storage.uri, cfg, reranker)
+    docs = [h.text for h in asyncio.run(local.retrieve(QUESTIONS[0])).hits] * 4
 
     results: dict[str, Any] = {"max_tokens": MAX_TOKENS, "repeats": args.repeats}
     print("in-process (no Serve, no HTTP):", flush=True)

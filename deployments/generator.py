@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,27 +17,31 @@ from ray import serve
 from ray.util.metrics import Counter
 
 from app import envs
+from app.config import GeneratorConfig
+from app.errors import NotFound
 from app.models import generator as generator_model
 from app.models import trained
 from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
-from app.rag.prompt import Message, rag_prompt
-from deployments.settings import Settings
+from app.rag.prompt import rag_prompt
+from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece
+from app.storage import Storage
+from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
-READY_TIMEOUT_S = 5.0
+READY_TIMEOUT_S = 2.0  # inside the ingress's 3 s for the whole part
 
 
 @serve.deployment(name="Generator")
 class Generator:
-    def __init__(self, settings: Settings):
-        self.cfg = settings.app.serve.generator
-        self.storage = settings.open_storage()
+    def __init__(self, storage: str, cfg: GeneratorConfig, poll_interval_s: float):
+        self.cfg = cfg
+        self.storage = Storage(storage)
         self.engine: Engine = self._load(None)  # type: ignore[assignment]
         self.tokens = Counter("ragline_tokens_generated_total", description="Tokens generated.",
                               tag_keys=("model",))
-        self._stopped = threading.Event()
         if trained.is_catalog(self.cfg.model):
-            threading.Thread(target=self._watch, name="generator-watch", daemon=True).start()
+            self.watcher = Watcher(f"promotions of {self.cfg.model}", self._refresh, poll_interval_s,
+                                   lambda: self.engine.model)
 
     def _load(self, serving: str | None) -> Engine | None:
         """The engine for the configured model; for catalog:NAME, None while the promoted version is `serving`."""
@@ -46,7 +49,7 @@ class Generator:
             return make_engine(self.cfg)
         found = generator_model.locate(self.cfg.model, self.storage, self.cfg.cache_dir or envs.cache_dir())
         if found is None:
-            raise ValueError(f"generator.model {self.cfg.model}: no version is promoted yet "
+            raise NotFound(f"generator.model {self.cfg.model}: no version is promoted yet "
                              "(`ragline models promote NAME VERSION`)")
         path, label = found
         if label == serving:
@@ -55,45 +58,29 @@ class Generator:
         engine.model = label
         return engine
 
-    def _watch(self) -> None:
-        while not self._stopped.wait(5.0):
-            try:
-                if (engine := self._load(self.engine.model)) is not None:
-                    self.engine = engine  # the swap: requests already streaming keep the engine they started with
-                    log.info("generating with %s", engine.model)
-            except Exception:  # a damaged new version: keep the current engine, retry later
-                log.exception("could not load the promoted generator; still serving %s", self.engine.model)
+    def _refresh(self) -> None:
+        if (engine := self._load(self.engine.model)) is not None:
+            self.engine = engine  # the swap: requests already streaming keep the engine they started with
+            log.info("generating with %s", engine.model)
 
-    def sampling(self, max_tokens: int | None, temperature: float | None, top_p: float | None,
-                 stop: list[str] | None) -> Sampling:
-        return Sampling(max_new_tokens=min(max_tokens or self.cfg.max_new_tokens, self.cfg.max_new_tokens),
-                        temperature=self.cfg.temperature if temperature is None else temperature,
-                        top_p=self.cfg.top_p if top_p is None else top_p,
-                        stop=tuple(self.cfg.stop if stop is None else stop))
+    def sampling(self, g: Generation) -> Sampling:
+        """The caller's sampling within the configured bounds, the configured defaults where it said nothing."""
+        return Sampling(max_new_tokens=min(g.max_tokens or self.cfg.max_new_tokens, self.cfg.max_new_tokens),
+                        temperature=self.cfg.temperature if g.temperature is None else g.temperature,
+                        top_p=self.cfg.top_p if g.top_p is None else g.top_p,
+                        stop=tuple(self.cfg.stop if g.stop is None else g.stop))
 
-    async def stream(self, question: str, passages: list[dict[str, Any]], history: list[Message] | None = None,
-                     max_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
-                     stop: list[str] | None = None) -> AsyncIterator[dict[str, Any]]:
-        """First `{"passages": n}` (how many passages fit the prompt), then the engine's pieces, then the end."""
-        sampling = self.sampling(max_tokens, temperature, top_p, stop)
+    async def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
+        """Fitted (how many passages fit the prompt), then the engine's Deltas, then Finished."""
+        sampling = self.sampling(generation)
         engine = self.engine  # one engine for the whole request, even if a promotion swaps it meanwhile
         prompt = rag_prompt(question, passages, self.cfg, engine.count_tokens, max_new_tokens=sampling.max_new_tokens,
-                            history=history or [])
-        yield {"passages": len(prompt.passages)}
+                            history=generation.history)
+        yield Fitted(len(prompt.passages))
         async for piece in engine.stream(prompt.messages, sampling):
-            if "completion_tokens" in piece:
-                self.tokens.inc(piece["completion_tokens"], tags={"model": engine.model})
+            if isinstance(piece, Finished):
+                self.tokens.inc(piece.completion_tokens, tags={"model": engine.model})
             yield piece
-
-    async def generate(self, question: str, passages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        """The whole answer at once: {"text", "passages", "finish_reason", "prompt_tokens", "completion_tokens"}."""
-        out: dict[str, Any] = {"text": ""}
-        async for piece in self.stream(question, passages, **kwargs):
-            if "text" in piece:
-                out["text"] += piece["text"]
-            else:
-                out.update(piece)
-        return out
 
     async def ready(self) -> dict[str, Any]:
         out = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}

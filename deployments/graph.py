@@ -10,16 +10,22 @@ from pathlib import Path
 from ray.serve import Application
 
 from deployments.generator import Generator
-from deployments.ingress import Ingress
+from deployments.ingress import Ingress, IngressArgs
 from deployments.reranker import Reranker
 from deployments.retriever import Retriever
-from deployments.settings import GraphArgs, Settings
+from deployments.settings import GraphArgs, load
 
 CONFIG_DIR = Path(__file__).parent
 
 
 def build_app(args: GraphArgs) -> Application:
-    settings = Settings.from_args(args)
+    """Each deployment is given the storage root and its own part of the config, nothing else."""
+    storage, cfg = load(args)
+    serve, poll_s = cfg.serve, cfg.serve.poll_interval_s
     # @serve.deployment turns the classes into Deployments; their stubs do not say so
-    return Ingress.bind(Retriever.bind(settings), Reranker.bind(settings),  # type: ignore[attr-defined]
-                        Generator.bind(settings), settings, args.api_keys_file)  # type: ignore[attr-defined]
+    retriever = Retriever.bind(storage, cfg.search, serve.retriever, poll_s)  # type: ignore[attr-defined]
+    reranker = Reranker.bind(storage, serve.reranker, poll_s)  # type: ignore[attr-defined]
+    generator = Generator.bind(storage, serve.generator, poll_s)  # type: ignore[attr-defined]
+    return Ingress.bind(retriever, reranker, generator, storage, IngressArgs(  # type: ignore[attr-defined]
+        api=serve.api, generator=serve.generator.model, embedder=cfg.ingest.embed.model,
+        candidates=serve.reranker.candidates if serve.reranker.model else 0, api_keys_file=args.api_keys_file))

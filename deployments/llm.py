@@ -29,13 +29,15 @@ from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
 from app import envs, serving
 from app.config import GeneratorConfig
+from app.errors import NotFound, UserError
 from app.models import generator as generator_model
 from app.models import trained
 from app.rag.engines import LLM_DEPLOYMENT
-from deployments.settings import GraphArgs, Settings
+from app.storage import Storage
+from deployments.settings import GraphArgs, load
+from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
-WATCH_S = 5.0  # how often a replica following catalog:NAME checks for a newly promoted version
 # vLLM runs its engine in child processes (EngineCore and its worker) that outlive a replica killed outright
 # (SIGKILL, `ray stop --force`, a dead raylet): seen here holding 3 GB and a spinning core each time. This watcher,
 # started beside them, kills them when the replica is gone (psutil's kill checks it is still the same process).
@@ -86,15 +88,15 @@ class RaglineLLMServer(LLMServer):
     packaged GGUF converted once, a trained version mirrored from storage) and serves it under its label."""
 
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor, as LLMServer's own
-        self, llm_config: LLMConfig, *, settings: Settings, pinned: int | None = None
+        self, llm_config: LLMConfig, *, storage_root: str, gen: GeneratorConfig, poll_interval_s: float,
+        pinned: int | None = None
     ):
-        gen = settings.app.serve.generator
         self.spec = gen.model
-        storage = settings.open_storage()
+        storage = Storage(storage_root)
         spec = f"{gen.model}:{pinned}" if pinned and trained.is_catalog(gen.model) else gen.model
         found = await asyncio.to_thread(generator_model.locate, spec, storage, gen.cache_dir or envs.cache_dir())
         if found is None:
-            raise ValueError(f"generator.model {gen.model}: no version is promoted yet "
+            raise NotFound(f"generator.model {gen.model}: no version is promoted yet "
                              "(`ragline models promote NAME VERSION`)")
         source, self.label = found
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.
@@ -105,34 +107,31 @@ class RaglineLLMServer(LLMServer):
         subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid()), *engine], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if trained.is_catalog(gen.model) and gen.model.count(":") == 1:  # catalog:NAME follows promotions
-            self._storage = storage
-            self._watch = asyncio.create_task(self._follow_catalog())
+            self._storage, self._app = storage, serve.get_replica_context().app_name
+            self.watcher = Watcher(f"promotions of {self.spec}", self._follow_catalog, poll_interval_s,
+                                   lambda: self.label)
 
     async def served(self) -> str:
         """The label of the model this replica serves (also the `model` of its responses)."""
         return self.label
 
-    async def _follow_catalog(self) -> None:
-        app = serve.get_replica_context().app_name
-        while True:
-            await asyncio.sleep(WATCH_S)
-            try:
-                manifest = await asyncio.to_thread(trained.lookup, self.spec, self._storage)
-                if (manifest is not None and trained.label(manifest) != self.label
-                        and await asyncio.to_thread(serving.pin_generator, app, manifest.version)):
-                    log.info("%s promoted: rolling %s over from %s", trained.label(manifest), app, self.label)
-            except Exception:  # storage or controller briefly unreachable: keep serving, look again later
-                log.exception("could not follow %s", self.spec)
+    def _follow_catalog(self) -> None:
+        """A newly promoted version: pin it in the running Serve config, and Serve rolls this application over."""
+        manifest = trained.lookup(self.spec, self._storage)
+        if (manifest is not None and trained.label(manifest) != self.label
+                and serving.pin_generator(self._app, manifest.version)):
+            log.info("%s promoted: rolling %s over from %s", trained.label(manifest), self._app, self.label)
 
 
 def build_llm_app(args: LLMArgs) -> Application:
-    settings = Settings.from_args(args)
-    gen = settings.app.serve.generator
+    storage, cfg = load(args)
+    gen = cfg.serve.generator
     if gen.engine != "vllm":
-        raise ValueError(f"serve.generator.engine is {gen.engine!r}: this application serves vllm only "
+        raise UserError(f"serve.generator.engine is {gen.engine!r}: this application serves vllm only "
                          "(remove it from the Serve config; `ragline serve` leaves it out by itself)")
     return build_llm_deployment(
         llm_config(gen, model_id=gen.model), deployment_cls=RaglineLLMServer,
-        bind_kwargs={"settings": settings, "pinned": args.generator_version},
+        bind_kwargs={"storage_root": storage, "gen": gen, "poll_interval_s": cfg.serve.poll_interval_s,
+                     "pinned": args.generator_version},
         # new replica up before the old one goes, on every rollover (a model swap above all)
         override_serve_options={"name": LLM_DEPLOYMENT, "max_surge_percent": 100})

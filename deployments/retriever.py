@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import Any
 
@@ -18,31 +17,30 @@ from ray import serve
 from ray.util.metrics import Gauge
 
 from app.catalog import Catalog
+from app.config import RetrieverConfig, SearchConfig
+from app.errors import Conflict, NotReady
 from app.index.search import Index, Mode
 from app.models import embedder
-from deployments.settings import Settings
+from app.rag.protocol import Embedded, Passage, Retrieved
+from app.storage import Storage
+from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
 
 
-class NotReady(RuntimeError):
-    """No index version is published yet."""
-
-
 @serve.deployment(name="Retriever")
 class Retriever:
-    def __init__(self, settings: Settings):
-        cfg = settings.app
-        self.cfg, self.rcfg = cfg.search, cfg.serve.retriever
-        self.storage = settings.open_storage()
+    def __init__(self, storage: str, search: SearchConfig, cfg: RetrieverConfig, poll_interval_s: float):
+        self.cfg, self.rcfg = search, cfg
+        self.storage = Storage(storage)
         self.index: Index | None = None
         self.models: dict[str, Any] = {}  # embedder revision → loaded SentenceTransformer
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
         self._embed.set_max_batch_size(self.rcfg.max_batch_size)  # type: ignore[attr-defined]
         self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
         self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
-        self._stopped = threading.Event()
-        threading.Thread(target=self._watch, name="index-watch", daemon=True).start()
+        self.watcher = Watcher("the index catalog", self._refresh, poll_interval_s,
+                               lambda: self.index.version if self.index else None)
 
     def _refresh(self) -> None:
         """Loads the pinned or latest index version if it is not the one served."""
@@ -55,20 +53,12 @@ class Retriever:
         info = index.manifest.embedder
         if info.revision not in self.models:
             if embedder.revision(info.name) != info.revision:
-                raise ValueError(f"index version {index.version} was built with {info.name} ({info.revision}); "
+                raise Conflict(f"index version {index.version} was built with {info.name} ({info.revision}); "
                                  f"the installed model is {embedder.revision(info.name)}")
             self.models[info.revision] = embedder.load(info.name)
         self.index = index  # the swap: one reference assignment, atomic for the requests that follow
         self.version_gauge.set(index.version)
         log.info("serving index version %s", index.version)
-
-    def _watch(self) -> None:
-        while not self._stopped.wait(self.rcfg.poll_interval_s):
-            try:
-                self._refresh()
-            except Exception:  # a damaged or half-copied new version: keep serving the current one, retry later
-                log.exception("could not load the new index version; still serving %s",
-                              self.index.version if self.index else None)
 
     def _serving(self) -> Index:
         if self.index is None:
@@ -90,21 +80,22 @@ class Retriever:
         return out  # type: ignore[return-value]
 
     async def retrieve(self, query: str, mode: Mode | None = None, k: int | None = None,
-                       sources: list[str] | None = None) -> dict[str, Any]:
+                       sources: list[str] | None = None) -> Retrieved:
         index = self._serving()  # this request keeps this index even if a swap happens meanwhile
         mode = mode or self.cfg.mode
         t0 = time.perf_counter()
         vector = None if mode == "lexical" else await self._embed((index.manifest.embedder.revision, query))
         t1 = time.perf_counter()
         hits = await asyncio.to_thread(index.search, query, vector, mode, k or self.cfg.top_k, self.cfg, sources)
-        return {"index_version": index.version, "mode": mode, "hits": [h.to_dict() for h in hits],
-                "timings_ms": {"embed": (t1 - t0) * 1e3, "search": (time.perf_counter() - t1) * 1e3}}
+        return Retrieved(index_version=index.version, mode=mode, embedder=index.manifest.embedder.name,
+                         hits=[Passage(**h.to_dict()) for h in hits],
+                         timings_ms={"embed": (t1 - t0) * 1e3, "search": (time.perf_counter() - t1) * 1e3})
 
-    async def embed(self, texts: list[str]) -> dict[str, Any]:
+    async def embed(self, texts: list[str]) -> Embedded:
         index = self._serving()
         rev = index.manifest.embedder.revision
         vectors = await asyncio.gather(*(self._embed((rev, t)) for t in texts))
-        return {"model": index.manifest.embedder.name, "vectors": [v.tolist() for v in vectors]}
+        return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v in vectors])
 
     def count_tokens(self, text: str) -> int:
         index = self._serving()
@@ -119,4 +110,5 @@ class Retriever:
                 "embedder": m.embedder.name, "chunks": len(self.index.chunks)}
 
     def __del__(self) -> None:
-        self._stopped.set()
+        if hasattr(self, "watcher"):
+            self.watcher.stop()

@@ -1,8 +1,7 @@
-"""What every deployment is constructed with: the storage root and the validated config, as plain data."""
+"""The `args:` of Ragline's Serve applications, and what they load into: the storage root and the config."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,21 +28,10 @@ class GraphArgs(BaseModel):
                                       "RAGLINE_API_KEYS_FILE or the key kept under the storage root.")
 
 
-@dataclass(frozen=True)
-class Settings:
-    storage: str  # the storage root URI (absolute local path or pyarrow.fs URI)
-    config: dict[str, Any]  # AppConfig.model_dump(): plain data pickles into replicas across versions
-
-    @property
-    def app(self) -> AppConfig:
-        return AppConfig.model_validate(self.config)
-
-    def open_storage(self) -> Storage:
-        return Storage(self.storage)
-
-    @classmethod
-    def from_args(cls, args: GraphArgs) -> Settings:
-        cfg = load_config(args.config_file or envs.RAGLINE_CONFIG or None, args.overrides, inline=args.config)
-        storage = Storage(args.storage or cfg.storage or envs.storage_root())
-        # replicas run in other working directories: hand them an absolute root
-        return cls(storage=str(storage.local_path()) if storage.is_local else storage.uri, config=cfg.model_dump())
+def load(args: GraphArgs) -> tuple[str, AppConfig]:
+    """(the storage root as every replica must see it, the validated config): loaded once, where the application
+    is built; each deployment is then given only its own part of the config."""
+    cfg = load_config(args.config_file or envs.RAGLINE_CONFIG or None, args.overrides, inline=args.config)
+    storage = Storage(args.storage or cfg.storage or envs.storage_root())
+    # replicas run in other working directories: hand them an absolute root
+    return (str(storage.local_path()) if storage.is_local else storage.uri), cfg

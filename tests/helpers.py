@@ -67,7 +67,7 @@ def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_si
     """A small BEIR dataset cut from a large one, for tests that must finish in minutes: the first `n` judged
     queries of each split (in qrels order), every document they judge relevant, then the corpus's documents in
     file order as distractors up to `corpus_size`."""
-    from app.eval.beir import load_qrels
+    from app.qa.beir import load_qrels
 
     (dest / "qrels").mkdir(parents=True, exist_ok=True)
     wanted_docs: set[str] = set()

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from app import tracking
 from app.catalog import Catalog, now_iso
+from app.errors import Unavailable, UserError
 from app.qa import metrics as am
 from app.qa.questions import Question, load_questions, sample
 from app.storage import Storage
@@ -120,7 +121,8 @@ def served_index(endpoint: Endpoint, probe: str) -> int:
     r = httpx.post(f"{endpoint.url.rstrip('/')}/v1/retrieve", json={"query": probe, "top_k": 1},
                    headers={"Authorization": f"Bearer {endpoint.key}"}, timeout=endpoint.timeout_s)
     if r.status_code != 200:
-        raise ValueError(f"{endpoint.url} answered /v1/retrieve with {r.status_code}: {r.text[:300]}")
+        kind = UserError if r.status_code < 500 else Unavailable  # the caller's mistake (a key, a URL), or not now
+        raise kind(f"{endpoint.url} answered /v1/retrieve with {r.status_code}: {r.text[:300]}")
     return int(r.json()["index_version"])
 
 
@@ -129,10 +131,10 @@ def check_documents(questions: list[Question], doc_ids: set[str], version: int) 
     missing = sorted({q.doc_id for q in questions} - doc_ids)
     if missing:
         asked = sum(q.doc_id in set(missing) for q in questions)
-        raise ValueError(f"{asked} of {len(questions)} questions refer to {len(missing)} documents that index "
-                         f"version {version} does not hold (first: {', '.join(missing[:3])}). Ingest the question "
-                         "set's corpus first (for SQuAD: `ragline eval corpus DATASET corpus.jsonl`, then "
-                         "`ragline ingest corpus.jsonl`)")
+        raise UserError(f"{asked} of {len(questions)} questions refer to {len(missing)} documents that index "
+                        f"version {version} does not hold (first: {', '.join(missing[:3])}). Ingest the question "
+                        "set's corpus first (for SQuAD: `ragline eval corpus DATASET corpus.jsonl`, then "
+                        "`ragline ingest corpus.jsonl`)")
 
 
 def score(questions: list[Question], rows: list[dict[str, Any]], chunk_text: dict[str, str],
@@ -192,8 +194,8 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
     questions = sample(load_questions(dataset, split), limit)
     version = served_index(endpoint, questions[0].question)
     if version not in {m.version for m in Catalog(storage).versions("indexes")}:
-        raise ValueError(f"{endpoint.url} serves index version {version}, which {storage.uri} does not hold: give "
-                         "the --storage the graph serves")
+        raise UserError(f"{endpoint.url} serves index version {version}, which {storage.uri} does not hold: give "
+                        "the --storage the graph serves")
     chunks = Index.load(storage, version, verify=False).chunks
     check_documents(questions, {c["doc_id"] for c in chunks}, version)
 
@@ -207,7 +209,7 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
             .take_all())
     wall = time.perf_counter() - t0
     if all(r["error"] for r in rows):
-        raise RuntimeError(f"every request failed; the first: {rows[0]['error']}")
+        raise Unavailable(f"every request failed; the first: {rows[0]['error']}")
     scored = score(questions, rows, {c["chunk_id"]: c["text"] for c in chunks}, idk)
     generator = next((r["model"] for r in reversed(rows) if r["model"]), "")
     run_id = f"answers-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
+from app.errors import UserError
+
 Relevance = set[str] | frozenset[str] | Mapping[str, int]
 
 
@@ -40,7 +42,7 @@ def ndcg_at_k(ranked_doc_ids: Sequence[str], relevant: Relevance, k: int = 10) -
     repeated in the ranking only counts at its first position.
     """
     if k <= 0:
-        raise ValueError(f"k must be positive, got {k}")
+        raise UserError(f"k must be positive, got {k}")
     gains = _gains(relevant)
     if not gains:
         return 0.0
@@ -64,7 +66,7 @@ def recall_at_k(ranked_doc_ids: Sequence[str], relevant: Relevance, k: int = 100
     where R is the set of relevant ids (grade > 0 for a mapping).
     """
     if k <= 0:
-        raise ValueError(f"k must be positive, got {k}")
+        raise UserError(f"k must be positive, got {k}")
     rel = set(_gains(relevant))
     if not rel:
         return 0.0

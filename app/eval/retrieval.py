@@ -4,41 +4,21 @@ then mean nDCG@k and recall@k per search mode, with chunk hits collapsed to docu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
-from app.catalog import Catalog
 from app.config import AppConfig
-from app.eval.beir import load_beir
+from app.errors import NotFound, UserError
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
-from app.index.fusion import rerank_order
+from app.models import cross_encoder
+from app.qa.beir import load_beir
 from app.storage import Storage
 
+if TYPE_CHECKING:
+    from app.index.search import Hit
+
 MODES = ("dense", "lexical", "hybrid")
-
-
-def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> dict[str, Any]:
-    """Ingest the corpus (idempotent: a second run adds nothing) and make sure the latest dataset version has
-    an index; needs a connected Ray. Returns the ingest report."""
-    from app.index.build import build_index
-    from app.ingest.pipeline import run_ingest
-
-    corpus = dataset_dir / "corpus.jsonl"
-    if not corpus.is_file():
-        raise ValueError(f"{corpus} is missing (a BEIR dataset needs corpus.jsonl)")
-    eval_cfg = cfg.model_copy(deep=True)
-    # BEIR qrels refer to every corpus document by id: dedup must not drop any (scifact, for one, has
-    # near-identical abstracts that are judged separately), or relevant documents become unretrievable.
-    eval_cfg.ingest.dedup.exact = False
-    eval_cfg.ingest.dedup.near = False
-    report = run_ingest([str(corpus)], eval_cfg, storage, build_index=True)
-    catalog = Catalog(storage)
-    dataset, index = catalog.latest("datasets"), catalog.latest("indexes")
-    if dataset is not None and (index is None or index.parent != dataset.version):
-        # An earlier run published the dataset but did not get to its index (interrupted): build it now.
-        build_index(storage, eval_cfg, dataset.version)
-    return report
 
 
 def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: AppConfig,
@@ -54,14 +34,15 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     does (the cross-encoder's order fused with the retriever's, `cfg.serve.reranker.retriever_weight`) and
     "<mode>+ce" by the cross-encoder's scores alone."""
     from app.index.search import Index, Searcher
+    from app.indexing import ensure_index
 
     dataset_dir = Path(dataset_dir)
     bad = [m for m in modes if m not in MODES]
     if bad:
-        raise ValueError(f"unknown search mode(s) {bad}; choose from {list(MODES)}")
+        raise UserError(f"unknown search mode(s) {bad}; choose from {list(MODES)}")
     queries, qrels = load_beir(dataset_dir, split)
     if not queries:
-        raise ValueError(f"{dataset_dir}: split {split!r} has no query with a relevant document")
+        raise UserError(f"{dataset_dir}: split {split!r} has no query with a relevant document")
     storage = Storage(f"{storage_root.rstrip('/')}/eval/{dataset_dir.name}")
     ingest = ensure_index(dataset_dir, storage, cfg)
 
@@ -89,7 +70,7 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
             scores = scorer.score(queries[qid], {h.chunk_id: h for hs in tops.values() for h in hs})
             for mode, hits in tops.items():
                 for name, weight in orders.items():
-                    order = rerank_order([scores[h.chunk_id] for h in hits], weight, rr.rrf_k)
+                    order = cross_encoder.rerank_order([scores[h.chunk_id] for h in hits], weight, rr.rrf_k)
                     reranked[f"{mode}+{name}"].append(ndcg_at_k(collapse_to_docs([hits[i].doc_id for i in order]),
                                                                 qrels[qid], k_ndcg))
     return {
@@ -97,7 +78,7 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
         "split": split,
         "queries": len(qids),
         "index_version": index.version,
-        "ingest_note": ingest.get("note"),
+        "ingest_note": ingest.note,
         "modes": {m: {f"ndcg@{k_ndcg}": round(mean(v["ndcg"]), 4),
                       f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()}
         | {m: {f"ndcg@{k_ndcg}": round(mean(v), 4)} for m, v in reranked.items()},
@@ -110,23 +91,14 @@ class Reranking:
     """A CrossEncoder scoring (query, chunk) pairs the way the serving graph's reranker does."""
 
     def __init__(self, spec: str, storage: Storage, max_length: int):
-        from sentence_transformers import CrossEncoder
+        located = cross_encoder.locate(spec, storage)
+        if located is None:
+            raise NotFound(f"{spec}: no version is promoted yet (`ragline models promote NAME VERSION`)")
+        path, self.name = located
+        self.model = cross_encoder.load(path, max_length=max_length)
 
-        from app.models import local_or_hub, trained
-        from app.train.reranker_data import passage
-
-        if trained.is_catalog(spec):
-            manifest = trained.lookup(spec, storage)
-            if manifest is None:
-                raise ValueError(f"{spec}: no version is promoted yet (`ragline models promote NAME VERSION`)")
-            path, self.name = trained.local_dir(manifest, storage), trained.label(manifest)
-        else:
-            path, self.name = local_or_hub(spec, "reranker"), spec
-        self.model = CrossEncoder(path, max_length=max_length, device="cpu")
-        self.passage = passage
-
-    def score(self, query: str, hits: dict[str, Any]) -> dict[str, float]:
+    def score(self, query: str, hits: dict[str, Hit]) -> dict[str, float]:
         ids = list(hits)
-        pairs = [(query, self.passage(hits[i].to_dict())) for i in ids]
-        scores = self.model.predict(pairs, batch_size=64, show_progress_bar=False) if pairs else []
-        return {i: float(s) for i, s in zip(ids, scores, strict=True)}
+        scores = cross_encoder.score(self.model, [(query, cross_encoder.passage_text(hits[i].title, hits[i].text))
+                                                  for i in ids])
+        return {i: s for i, s in zip(ids, scores, strict=True)}

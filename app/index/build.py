@@ -10,50 +10,47 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import faiss
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig, IndexConfig
-from app.ingest.stages import embed_text
+from app.dataset import CHUNK_COLUMNS, load_chunks
+from app.models.embedder import embed_text
 from app.storage import Storage
 
-CHUNK_COLUMNS = ["chunk_id", "doc_id", "chunk_index", "source", "title", "text", "start_char", "end_char",
-                 "metadata"]
+
+class DenseParams(BaseModel):
+    """How the dense index was built (the manifest's `extra.dense`), and what a search passes FAISS."""
+
+    type: Literal["flat", "hnsw", "ivf"]
+    m: int | None = None  # hnsw
+    ef_construction: int | None = None  # hnsw
+    ef_search: int | None = None  # hnsw
+    nlist: int | None = None  # ivf
+    nprobe: int | None = None  # ivf
 
 
-def load_chunks(storage: Storage, dataset: Manifest) -> pa.Table:
-    """All chunk rows of a dataset version (with embeddings), sorted by chunk id."""
-    tables = []
-    for f in dataset.files:
-        if not f.path.endswith("documents.parquet"):
-            with storage.fs.open_input_file(storage.path(f.path)) as fh:
-                tables.append(pq.read_table(fh, columns=[*CHUNK_COLUMNS, "embedding"]))
-    table = pa.concat_tables(tables)
-    return table.take(pc.sort_indices(table, sort_keys=[("chunk_id", "ascending")]))
-
-
-def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, dict[str, Any]]:
+def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, DenseParams]:
     """Exact inner product (vectors are normalised: cosine) up to `exact_max_vectors`, else HNSW or IVF."""
     n, dim = vectors.shape
     if n <= cfg.exact_max_vectors:
         index: faiss.Index = faiss.IndexFlatIP(dim)
-        params: dict[str, Any] = {"type": "flat"}
+        params = DenseParams(type="flat")
     elif cfg.ann == "hnsw":
         index = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = cfg.hnsw_ef_construction
-        params = {"type": "hnsw", "m": cfg.hnsw_m, "ef_construction": cfg.hnsw_ef_construction,
-                  "ef_search": cfg.hnsw_ef_search}
+        params = DenseParams(type="hnsw", m=cfg.hnsw_m, ef_construction=cfg.hnsw_ef_construction,
+                             ef_search=cfg.hnsw_ef_search)
     else:
         nlist = cfg.ivf_nlist or max(1, int(4 * math.sqrt(n)))
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
         index.train(vectors)
-        params = {"type": "ivf", "nlist": nlist, "nprobe": cfg.ivf_nprobe}
+        params = DenseParams(type="ivf", nlist=nlist, nprobe=cfg.ivf_nprobe)
     index.add(vectors)
     return index, params
 
@@ -90,7 +87,7 @@ def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = 
         counts={"chunks": n, "documents": len(set(table.column("doc_id").to_pylist()))},
         files=[catalog.file_entry(f) for f in written],
         config=cfg.index.model_dump(),
-        extra={"dense": dense_params, "include_title": include_title, "build_s": round(build_s, 3),
-               "dir": staging},
+        extra={"dense": dense_params.model_dump(exclude_none=True), "include_title": include_title,
+               "build_s": round(build_s, 3), "dir": staging},
     )
     return catalog.publish(manifest)

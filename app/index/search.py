@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from app.catalog import Catalog, Manifest
 from app.config import SearchConfig
-from app.index.fusion import rrf
+from app.errors import Conflict, UserError
+from app.fusion import rrf
 from app.storage import Storage
 
 Mode = Literal["dense", "lexical", "hybrid"]
@@ -76,7 +77,7 @@ class Index:
         catalog = Catalog(storage)
         manifest = catalog.resolve("indexes", version)
         if verify and (bad := catalog.verify(manifest)):
-            raise ValueError(f"index version {manifest.version} is damaged: {'; '.join(bad)}")
+            raise Conflict(f"index version {manifest.version} is damaged: {'; '.join(bad)}")
         rel = manifest.extra["dir"]
         if storage.is_local:
             return cls(manifest, storage.local_path(rel))
@@ -155,8 +156,8 @@ class Searcher:
 
         name, revision = index.manifest.embedder.name, index.manifest.embedder.revision
         if embedder.revision(name) != revision:
-            raise ValueError(f"index version {index.version} was built with {name} ({revision}); the installed "
-                             f"model is {embedder.revision(name)}")
+            raise Conflict(f"index version {index.version} was built with {name} ({revision}); the installed "
+                           f"model is {embedder.revision(name)}")
         self.index, self.cfg = index, cfg
         self.model = embedder.load(name)
 
@@ -168,7 +169,7 @@ class Searcher:
     def search(self, query: str, mode: Mode | None = None, k: int | None = None,
                sources: list[str] | None = None) -> list[Hit]:
         if not query.strip():
-            raise ValueError("the question is empty")
+            raise UserError("the question is empty")
         mode = mode or self.cfg.mode
         vector = None if mode == "lexical" else self.embed([query])[0]
         return self.index.search(query, vector, mode, k or self.cfg.top_k, self.cfg, sources)

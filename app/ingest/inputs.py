@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from app.errors import NotFound, UserError
 from app.ingest.parse import file_format
 
 
@@ -35,13 +36,13 @@ def _scheme(path: str) -> str:
 
 
 def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks: bool = False) -> Inputs:
-    """Raises ValueError naming the path when one does not exist, inputs mix filesystems, or nothing readable is
-    left. `max_file_bytes`: None reads files of any size (training streams its files line by line)."""
+    """Raises UserError naming the path when one does not exist (NotFound), inputs mix filesystems, or nothing
+    readable is left. `max_file_bytes`: None reads files of any size (training streams its files line by line)."""
     if not paths:
-        raise ValueError("no input paths given")
+        raise UserError("no input paths given")
     schemes = {_scheme(p) for p in paths}
     if len(schemes) > 1:
-        raise ValueError(f"inputs mix filesystems ({', '.join(sorted(schemes))}); ingest them in separate runs")
+        raise UserError(f"inputs mix filesystems ({', '.join(sorted(schemes))}); ingest them in separate runs")
     scheme = schemes.pop()
     if scheme == "file":
         fs: pafs.FileSystem = pafs.LocalFileSystem()
@@ -55,7 +56,7 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
     for raw in paths:
         found = _expand_one(fs, raw, scheme, follow_symlinks)
         if found is None:
-            raise ValueError(f"input path {raw} does not exist")
+            raise NotFound(f"input path {raw} does not exist")
         given_file, listed, outside = found
         for f in outside:
             refused[f] = {"source": f"{prefix}{f}", "reason": "outside_roots",
@@ -75,7 +76,7 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
     if not files:
         names = ", ".join(f"{r['source']} ({r['reason']})" for r in refused.values())
         why = f"; refused: {names}" if refused else ""
-        raise ValueError(f"no supported files (jsonl, parquet, txt, md, html) under {', '.join(paths)}{why}")
+        raise UserError(f"no supported files (jsonl, parquet, txt, md, html) under {', '.join(paths)}{why}")
     return Inputs(filesystem=fs, files=sorted(files), skipped=sorted(skipped), uri_prefix=prefix,
                   refused=[refused[k] for k in sorted(refused)])
 

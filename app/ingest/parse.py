@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from app.config import ReadConfig
 from app.ingest.normalize import decode
@@ -30,9 +30,20 @@ class Unreadable(Exception):
     """The whole file is unusable; the message says why."""
 
 
+class Doc(TypedDict):
+    """One document as parsed: `doc_id` "" when the input names none (derived later from source and content),
+    `metadata` the record's other fields and its position in the file, as JSON."""
+
+    doc_id: str
+    source: str
+    title: str
+    text: str
+    metadata: str
+
+
 @dataclass
 class Parsed:
-    docs: list[dict[str, Any]] = field(default_factory=list)
+    docs: list[Doc] = field(default_factory=list)
     bad_records: list[dict[str, str]] = field(default_factory=list)  # {"source", "reason"}
     replaced_bytes: int = 0
 
@@ -48,7 +59,7 @@ def _first(record: dict[str, Any], names: list[str]) -> Any:
     return None
 
 
-def _record_doc(record: dict[str, Any], source: str, where: str, cfg: ReadConfig) -> dict[str, Any]:
+def _record_doc(record: dict[str, Any], source: str, where: str, cfg: ReadConfig) -> Doc:
     text = _first(record, cfg.text_fields)
     if text is None:
         raise ValueError(f"no text field (tried {', '.join(cfg.text_fields)})")
@@ -112,7 +123,7 @@ def _html(data: bytes, source: str) -> Parsed:
     if not title and (h1 := body.find("h1")):
         title = h1.get_text(" ", strip=True)
     content = body.get_text("\n", strip=True)
-    doc = {"doc_id": "", "source": source, "title": title, "text": content, "metadata": "{}"}
+    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": content, "metadata": "{}"}
     return Parsed(docs=[doc], replaced_bytes=replaced)
 
 
@@ -121,7 +132,7 @@ def _plain(data: bytes, source: str, markdown: bool) -> Parsed:
     title = PurePosixPath(source).stem
     if markdown and (m := _MD_HEADING.search(text)):
         title = m.group(1)
-    doc = {"doc_id": "", "source": source, "title": title, "text": text, "metadata": "{}"}
+    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": text, "metadata": "{}"}
     return Parsed(docs=[doc], replaced_bytes=replaced)
 
 

@@ -1,21 +1,27 @@
-"""One ingest run, end to end, on the current Ray: streaming Ray Data pipeline → segment files → dataset version
-(→ index version). Called in-process by the IngestService, by `ragline ingest --in-process` and by Ray jobs."""
+"""One ingest run, end to end, on the current Ray: streaming Ray Data pipeline → segment files → dataset version.
+
+`app.indexing.run_ingest` chains it with an index build (what the IngestService, `ragline ingest --in-process` and
+Ray jobs call): this package writes dataset versions and never reads or builds an index.
+"""
 
 from __future__ import annotations
 
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
+from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig
+from app.dataset import DOCUMENTS_FILE, DOCUMENTS_FILE_SCHEMA, documents_files
+from app.errors import Conflict, RaglineError
 from app.ingest import stages
 from app.ingest.inputs import Inputs, expand
 from app.models import embedder
@@ -27,8 +33,58 @@ OnStart = Callable[[Any], None]  # receives the run's RunLedger handle, for live
 BLOCK_BYTES = 512 << 10  # 512 KiB ≈ 400 chunks of ~220 tokens: one embedding batch per block
 
 
-class IngestError(RuntimeError):
+class IngestError(RaglineError):
     """The run failed for a reason the user can act on (the message says which files)."""
+
+
+class InputCounts(BaseModel):
+    files: int
+    unreadable_files: int
+    skipped_files: list[str]  # inside given directories, with unsupported types
+    refused_files: list[dict[str, str]]  # {source, reason (too_large|outside_roots), detail}
+
+
+class DocumentCounts(BaseModel):
+    read: int
+    kept: int
+    dropped: dict[str, int]  # per stages.DROP_REASONS
+
+
+class StageReport(BaseModel):
+    rows_in: int
+    rows_out: int
+    busy_s: float  # summed over the stage's batches
+    wall_s: float  # from its first batch's start to its last batch's end
+    rows_by_node: dict[str, int]  # Ray node id -> rows it took in there
+
+
+class IngestReport(BaseModel):
+    """One run's report: counts that reconcile (documents read = kept + dropped), per-stage rows and times, and the
+    versions it published."""
+
+    run_id: str
+    inputs: InputCounts
+    documents: DocumentCounts
+    reconciled: bool
+    chunks: int
+    embeddings: int
+    decode_replacements: dict[str, int]  # bytes, documents
+    quarantined: list[dict[str, str]]  # {source, reason, error, path}
+    near_duplicates: list[dict[str, str]]  # the first 100 drops for near duplication
+    stages: dict[str, StageReport]
+    wall_s: float
+    dataset_version: int | None = None  # the latest version once the run is done (None: none published yet)
+    note: str | None = None
+    index_version: int | None = None  # set by `app.indexing.run_ingest` when it built one
+
+    @property
+    def published(self) -> bool:
+        """Whether the run published a dataset version (it does when it added any chunk)."""
+        return self.chunks > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the run record stores it and `ragline ingest --json` prints it: fields never set left out."""
+        return self.model_dump(exclude_unset=True)
 
 
 def new_run_id() -> str:
@@ -91,32 +147,28 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
     return ds
 
 
-def _documents_files(previous: Manifest | None) -> list[str]:
-    return [f.path for f in previous.files if f.path.endswith("documents.parquet")] if previous else []
-
-
-def reconcile(snap: dict[str, Any]) -> bool:
+def reconcile(snap: stages.Snapshot) -> bool:
     return snap["documents_read"] == snap["kept"] + sum(snap["dropped"].values())
 
 
-def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
-               build_index: bool = True, on_start: OnStart | None = None) -> dict[str, Any]:
-    """Ingest `paths`; returns the run report. Publishes a dataset version when anything new was kept, then an
-    index version from it. Raises ValueError for bad inputs and IngestError when too many files are unreadable."""
+def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
+                   on_start: OnStart | None = None) -> IngestReport:
+    """Ingest `paths`; returns the run report. Publishes a dataset version when anything new was kept. Raises
+    UserError for bad inputs and IngestError when too many files are unreadable."""
     run_id = run_id or new_run_id()
     inputs = expand(paths, cfg.ingest.read.max_file_bytes, cfg.ingest.read.follow_symlinks)
     catalog = Catalog(storage)
     previous = catalog.latest("datasets")
     if previous and (previous.embedder.name, previous.embedder.revision) != (
             cfg.ingest.embed.model, embedder.revision(cfg.ingest.embed.model)):
-        raise ValueError(f"dataset version {previous.version} was embedded with {previous.embedder.name} "
-                         f"({previous.embedder.revision}); ingest.embed.model is {cfg.ingest.embed.model}: "
-                         "use another storage root for another embedder")
+        raise Conflict(f"dataset version {previous.version} was embedded with {previous.embedder.name} "
+                       f"({previous.embedder.revision}); ingest.embed.model is {cfg.ingest.embed.model}: "
+                       "use another storage root for another embedder")
     t0 = time.time()
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     ledger: Any = stages.RunLedgerActor.options(scheduling_strategy=here).remote(
-        run_id, cfg.ingest.model_dump(), storage.uri, _documents_files(previous))
+        run_id, cfg.ingest.model_dump(), storage.uri, documents_files(previous))
     if inputs.refused:
         ray.get(ledger.refused.remote(inputs.refused))
     if on_start:
@@ -126,10 +178,10 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
     # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
     ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
                      ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
-    snap = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits once its last handle is dropped
+    snap: stages.Snapshot = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits with its last handle
     chunk_files = [f for f in storage.list_files(segment) if f.endswith(".parquet")]
     report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0)
-    assert reconcile(snap), f"ingest counts do not reconcile: {report['documents']}"
+    assert reconcile(snap), f"ingest counts do not reconcile: {report.documents.model_dump()}"
     files = inputs.files
     if snap["files"]["unreadable"] > cfg.ingest.read.max_error_fraction * len(files):
         bad = sorted(snap["quarantined"], key=lambda q: q["source"])
@@ -137,26 +189,22 @@ def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str |
         raise IngestError(f"{snap['files']['unreadable']} of {len(files)} input files are unreadable (more than "
                           f"ingest.read.max_error_fraction={cfg.ingest.read.max_error_fraction}); no version was "
                           f"published. Unreadable: {names}")
-    storage.write_bytes(f"runs/ingest/{run_id}.drops.parquet", _parquet_bytes(snap["drops"], _DROPS_SCHEMA))
-    if report["chunks"] == 0:
-        report["dataset_version"] = previous.version if previous else None
-        report["note"] = "nothing new to add: no version published"
+    storage.write_bytes(f"runs/ingest/{run_id}.drops.parquet", _parquet_bytes(snap.get("drops", []), _DROPS_SCHEMA))
+    if not report.published:
+        report.dataset_version = previous.version if previous else None
+        report.note = "nothing new to add: no version published"
         return report
-    docs_rel = f"{segment}/documents.parquet"
-    storage.write_bytes(docs_rel, _parquet_bytes(snap["kept_documents"], stages.DOCUMENTS_FILE_SCHEMA))
+    docs_rel = f"{segment}/{DOCUMENTS_FILE}"
+    storage.write_bytes(docs_rel, _parquet_bytes(snap.get("kept_documents", []), DOCUMENTS_FILE_SCHEMA))
     manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report)
-    report["dataset_version"] = manifest.version
-    if build_index:
-        from app.index.build import build_index as build
-
-        report["index_version"] = build(storage, cfg, manifest.version).version
+    report.dataset_version = manifest.version
     return report
 
 
 _DROPS_SCHEMA = pa.schema([(k, pa.string()) for k in ("reason", "source", "doc_id", "duplicate_of", "detail")])
 
 
-def _parquet_bytes(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
+def _parquet_bytes(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
     return bytes(sink.getvalue().to_pybytes())
@@ -168,35 +216,35 @@ def parquet_rows(storage: Storage, rel: str) -> int:
         return int(pq.ParquetFile(f).metadata.num_rows)
 
 
-def _report(run_id: str, inputs: Inputs, snap: dict[str, Any], storage: Storage, chunk_files: list[str],
-            wall: float) -> dict[str, Any]:
+def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage, chunk_files: list[str],
+            wall: float) -> IngestReport:
     rows_written = sum(parquet_rows(storage, f) for f in chunk_files)
     stage_rows, stage_nodes = snap["stages"], snap["stage_nodes"]
-    chunks = stage_rows.get("chunk", {}).get("rows_out", 0)
-    embeddings = stage_rows.get("embed", {}).get("rows_out", 0)
+    chunks = stage_rows["chunk"]["rows_out"] if "chunk" in stage_rows else 0
+    embeddings = stage_rows["embed"]["rows_out"] if "embed" in stage_rows else 0
     assert chunks == embeddings == rows_written, (chunks, embeddings, rows_written)
-    return {
-        "run_id": run_id,
-        "inputs": {"files": len(inputs.files), "unreadable_files": snap["files"]["unreadable"],
-                   "skipped_files": inputs.skipped, "refused_files": inputs.refused},
-        "documents": {"read": snap["documents_read"], "kept": snap["kept"], "dropped": snap["dropped"]},
-        "reconciled": reconcile(snap),
-        "chunks": chunks,
-        "embeddings": embeddings,
-        "decode_replacements": snap["replaced"],
-        "quarantined": snap["quarantined"],
-        "near_duplicates": [d for d in snap["drops"] if d["reason"] == "near_duplicate"][:100],
-        "stages": {name: {"rows_in": int(s["rows_in"]), "rows_out": int(s["rows_out"]),
-                          "busy_s": round(s["seconds"], 3),
-                          "wall_s": round(s.get("last", s["first"]) - s["first"], 3),
-                          "rows_by_node": stage_nodes.get(name, {})}
-                   for name, s in stage_rows.items()},
-        "wall_s": round(wall, 3),
-    }
+    return IngestReport(
+        run_id=run_id,
+        inputs=InputCounts(files=len(inputs.files), unreadable_files=snap["files"]["unreadable"],
+                           skipped_files=inputs.skipped, refused_files=inputs.refused),
+        documents=DocumentCounts(read=snap["documents_read"], kept=snap["kept"], dropped=snap["dropped"]),
+        reconciled=reconcile(snap),
+        chunks=chunks,
+        embeddings=embeddings,
+        decode_replacements=snap["replaced"],
+        quarantined=snap["quarantined"],
+        near_duplicates=[d for d in snap.get("drops", []) if d["reason"] == "near_duplicate"][:100],
+        stages={name: StageReport(rows_in=int(s["rows_in"]), rows_out=int(s["rows_out"]),
+                                  busy_s=round(s["seconds"], 3),
+                                  wall_s=round(s.get("last", s["first"]) - s["first"], 3),
+                                  rows_by_node=stage_nodes.get(name, {}))
+                for name, s in stage_rows.items()},
+        wall_s=round(wall, 3),
+    )
 
 
 def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
-                     chunk_files: list[str], docs_rel: str, report: dict[str, Any]) -> Manifest:
+                     chunk_files: list[str], docs_rel: str, report: IngestReport) -> Manifest:
     new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in [*chunk_files, docs_rel]]
     prev_counts = previous.counts if previous else {}
     dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
@@ -205,11 +253,11 @@ def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: s
         kind="datasets", version=0, created_at=now_iso(), parent=previous.version if previous else None,
         inputs=[inputs.source(f) for f in inputs.files], run_id=run_id,
         embedder=embedder.info(cfg.ingest.embed.model, dim),
-        counts={"documents": prev_counts.get("documents", 0) + report["documents"]["kept"],
-                "chunks": prev_counts.get("chunks", 0) + report["chunks"]},
+        counts={"documents": prev_counts.get("documents", 0) + report.documents.kept,
+                "chunks": prev_counts.get("chunks", 0) + report.chunks},
         files=[*(previous.files if previous else []), *new_files],
         config=cfg.ingest.model_dump(),
-        extra={"run_report": {k: report[k] for k in ("documents", "chunks", "embeddings")}},
+        extra={"run_report": report.model_dump(include={"documents", "chunks", "embeddings"})},
     )
     # Exactly the version after the one we deduplicated against: if another run published meanwhile, this
     # one's dedup did not see that version's documents, so it must not publish on top of it.

@@ -16,7 +16,8 @@ import functools
 import hashlib
 import json
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +25,12 @@ import pyarrow.parquet as pq
 import ray
 
 from app.config import IngestConfig
+from app.dataset import CHUNK_SCHEMA
 from app.ingest import chunk as chunking
 from app.ingest.dedup import DedupIndex, signature
 from app.ingest.normalize import content_hash, derived_doc_id, normalize
-from app.ingest.parse import Unreadable, parse_file
+from app.ingest.parse import Doc, Unreadable, parse_file
+from app.models import embedder
 from app.storage import Storage
 
 DROP_REASONS = ("unreadable", "too_large", "outside_roots", "empty", "exact_duplicate", "duplicate_id",
@@ -35,14 +38,33 @@ DROP_REASONS = ("unreadable", "too_large", "outside_roots", "empty", "exact_dupl
 
 DOC_SCHEMA = pa.schema([("key", pa.string()), ("doc_id", pa.string()), ("source", pa.string()),
                         ("title", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
-CHUNK_FIELDS = [("chunk_id", pa.string()), ("doc_id", pa.string()), ("chunk_index", pa.int32()),
-                ("source", pa.string()), ("title", pa.string()), ("text", pa.string()),
-                ("start_char", pa.int32()), ("end_char", pa.int32()), ("n_tokens", pa.int32()),
-                ("metadata", pa.string())]
-CHUNK_SCHEMA = pa.schema(CHUNK_FIELDS)
-DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("title", pa.string()),
-                                   ("content_hash", pa.string()), ("n_chars", pa.int64()),
-                                   ("minhash", pa.list_(pa.uint64())), ("run_id", pa.string())])
+
+
+class StageCounts(TypedDict):
+    """One stage's totals over the run: rows in and out, busy seconds summed over its batches, and the wall-clock
+    times (epoch seconds) its first batch started and its last one ended."""
+
+    rows_in: int
+    rows_out: int
+    seconds: float
+    first: float
+    last: NotRequired[float]
+
+
+class Snapshot(TypedDict):
+    """The ledger's counts so far (what `ragline ingest` shows as progress, and the run report is made from)."""
+
+    files: dict[str, int]  # read, unreadable
+    documents_read: int
+    kept: int
+    dropped: dict[str, int]  # per DROP_REASONS
+    replaced: dict[str, int]  # bytes, documents (undecodable bytes replaced)
+    quarantined: list[dict[str, str]]  # {source, reason, error, path}
+    stages: dict[str, StageCounts]
+    elapsed_s: float
+    stage_nodes: dict[str, dict[str, int]]  # stage -> Ray node id -> rows it took in there
+    drops: NotRequired[list[dict[str, str]]]  # full snapshots only: {reason, source, doc_id, duplicate_of, detail}
+    kept_documents: NotRequired[list[dict[str, Any]]]  # full snapshots only: rows of the documents file
 
 
 def batch_key(row_keys: list[str]) -> str:
@@ -73,7 +95,7 @@ class RunLedger:
         self.exact: dict[str, bool] = {}  # row key -> kept by exact dedup
         self.near: dict[str, bool] = {}  # row key -> kept by near dedup
         self.kept: dict[str, dict[str, Any]] = {}  # row key -> the document's row in the documents file
-        self.stages: dict[str, dict[str, float]] = {}
+        self.stages: dict[str, StageCounts] = {}
         self.stage_nodes: dict[str, dict[str, int]] = {}  # stage -> Ray node id -> rows it took in there
         self.stage_batches: set[tuple[str, str]] = set()
         self.started = time.time()
@@ -141,13 +163,13 @@ class RunLedger:
             self.near[key] = dup is None
         return [self.near[r["key"]] for r in rows]
 
-    def snapshot(self, full: bool = False) -> dict[str, Any]:
+    def snapshot(self, full: bool = False) -> Snapshot:
         dropped = dict.fromkeys(DROP_REASONS, 0)
         for reason, _ in self.drops:
             dropped[reason] += 1
         batches = list(self.parsed_batches.values())
         unreadable_files = len(self.quarantined)
-        out: dict[str, Any] = {
+        out: Snapshot = {
             "files": {"read": sum(b[0] for b in batches) - unreadable_files, "unreadable": unreadable_files},
             # documents parsed, plus one per file or record that could not be read, plus one per refused file
             "documents_read": sum(b[1] for b in batches) + dropped["unreadable"] + dropped["too_large"]
@@ -155,7 +177,7 @@ class RunLedger:
             "kept": len(self.kept), "dropped": dropped,
             "replaced": {"bytes": sum(b[2] for b in batches), "documents": sum(b[3] for b in batches)},
             "quarantined": list(self.quarantined.values()),
-            "stages": {k: dict(v) for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
+            "stages": {k: v.copy() for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
             "stage_nodes": {k: dict(v) for k, v in self.stage_nodes.items()},
         }
         if full:
@@ -172,13 +194,13 @@ def _stage_done(ledger: Any, name: str, key: str, rows_in: int, rows_out: int, t
                                 ray.get_runtime_context().get_node_id()))
 
 
-def _doc_key(doc: dict[str, Any]) -> str:
+def _doc_key(doc: Doc) -> str:
     """A document's identity in the run: its source, and its position there when a file holds several."""
     position = json.loads(doc["metadata"]).get("position", "")
     return f"{doc['source']}#{position}" if position else doc["source"]
 
 
-def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+def _table(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
@@ -187,7 +209,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_ur
     """read_binary_files rows (bytes, path) → document rows. Unreadable files are copied to quarantine/."""
     t0 = time.perf_counter()
     read_cfg = IngestConfig.model_validate(cfg).read
-    docs: list[dict[str, Any]] = []
+    docs: list[Doc] = []
     bad_files: list[dict[str, str]] = []
     bad_records: list[dict[str, str]] = []
     replaced_bytes = replaced_docs = 0
@@ -273,8 +295,6 @@ def near_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
 
 @functools.cache
 def _tokenizer(model: str) -> Any:
-    from app.models import embedder
-
     return embedder.load_tokenizer(model)  # once per worker process, reused by every task it runs
 
 
@@ -298,19 +318,12 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
     return _table(rows, CHUNK_SCHEMA)
 
 
-def embed_text(title: str, text: str, include_title: bool) -> str:
-    """What the embedder and BM25 see for a chunk: the title gives short chunks their context."""
-    return f"{title}\n{text}" if include_title and title else text
-
-
 class Embedder:
     """SentenceTransformer loaded once per actor; normalised float32 vectors appended as `embedding`."""
 
     def __init__(self, *, ledger: Any, model: str, encode_batch_size: int, include_title: bool, device: str,
                  threads: int):
         import torch
-
-        from app.models import embedder
 
         torch.set_num_threads(threads)
         self.ledger = ledger
@@ -323,7 +336,7 @@ class Embedder:
     def __call__(self, batch: pa.Table) -> pa.Table:
         t0 = time.perf_counter()
         titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
-        inputs = [embed_text(t, x, self.include_title) for t, x in zip(titles, texts, strict=True)]
+        inputs = [embedder.embed_text(t, x, self.include_title) for t, x in zip(titles, texts, strict=True)]
         # Shortest first by token count, so each forward pass pads to a near-equal length (no padding waste);
         # the original order is restored below.
         order = np.argsort(batch.column("n_tokens").to_numpy(), kind="stable")

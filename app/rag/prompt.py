@@ -7,27 +7,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from app.config import GeneratorConfig
+from app.errors import UserError
+from app.rag.protocol import Message, Passage
 
-Message = dict[str, str]
 CountTokens = Callable[[list[Message]], int]  # tokens of the rendered chat prompt, generation prompt included
 
 
 @dataclass
 class Prompt:
     messages: list[Message]
-    passages: list[dict[str, Any]]  # the passages in the prompt, in citation order ([1] is passages[0])
+    passages: list[Passage]  # the passages in the prompt, in citation order ([1] is passages[0])
     prompt_tokens: int
 
 
-def render_passages(passages: Sequence[dict[str, Any]]) -> str:
-    return "\n\n".join(f"[{i}] {p['title']}\n{p['text']}" if p.get("title") else f"[{i}] {p['text']}"
+def render_passages(passages: Sequence[Passage]) -> str:
+    return "\n\n".join(f"[{i}] {p.title}\n{p.text}" if p.title else f"[{i}] {p.text}"
                        for i, p in enumerate(passages, start=1))
 
 
-def user_turn(question: str, passages: Sequence[dict[str, Any]]) -> str:
+def user_turn(question: str, passages: Sequence[Passage]) -> str:
     if not passages:
         return f"There are no passages.\n\nQuestion: {question}"
     # the question before the passages too: a small model keeps track of what it is looking for
@@ -35,13 +35,13 @@ def user_turn(question: str, passages: Sequence[dict[str, Any]]) -> str:
             "Answer with a short phrase from the passages, then its passage number, like [1].")
 
 
-def build_prompt(question: str, passages: Sequence[dict[str, Any]], *, system: str, count_tokens: CountTokens,
+def build_prompt(question: str, passages: Sequence[Passage], *, system: str, count_tokens: CountTokens,
                  max_context_tokens: int, max_new_tokens: int, max_passages: int,
                  history: Sequence[Message] = ()) -> Prompt:
     """Fits system + history + passages + question into `max_context_tokens - max_new_tokens` tokens.
 
     Passages go first (lowest-ranked first), then the oldest history turns; the question is never cut: if it
-    does not fit alone, that is the caller's error (ValueError).
+    does not fit alone, that is the caller's error (UserError).
     """
     budget = max_context_tokens - max_new_tokens
     assert budget > 0, "max_new_tokens must leave room for the prompt"
@@ -57,7 +57,7 @@ def build_prompt(question: str, passages: Sequence[dict[str, Any]], *, system: s
         elif turns:
             turns.pop(0)
         else:
-            raise ValueError(f"the question needs {n} tokens with the prompt, more than the {budget} the model's "
+            raise UserError(f"the question needs {n} tokens with the prompt, more than the {budget} the model's "
                              f"window leaves after {max_new_tokens} answer tokens")
     return Prompt(messages(), kept, n)
 
@@ -66,7 +66,7 @@ def system_text(cfg: GeneratorConfig) -> str:
     return cfg.system_prompt.replace("{idk_answer}", cfg.idk_answer)
 
 
-def rag_prompt(question: str, passages: Sequence[dict[str, Any]], cfg: GeneratorConfig, count_tokens: CountTokens,
+def rag_prompt(question: str, passages: Sequence[Passage], cfg: GeneratorConfig, count_tokens: CountTokens,
                *, max_new_tokens: int | None = None, history: Sequence[Message] = ()) -> Prompt:
     """The prompt the Generator serves for `cfg` (and QA fine-tuning trains on, so the two never drift)."""
     return build_prompt(question, passages, system=system_text(cfg), count_tokens=count_tokens,

@@ -22,6 +22,7 @@ from app.config import (
     parse_overrides,
     read_yaml_mapping,
 )
+from app.errors import UserError
 
 DEFAULT_MODELS = {"sft": "SmolLM2-135M-Instruct", "reranker": "all-MiniLM-L6-v2"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -211,21 +212,27 @@ def with_serving(cfg: TrainJobConfig, app: AppConfig) -> TrainJobConfig:
     return cfg
 
 
+def parse_job_config(data: object, source: str) -> TrainJobConfig:
+    """`data` validated as a job config, or a UserError naming `source` and each bad field (pydantic's own
+    ValidationError is no UserError: the CLI would report it as an internal error)."""
+    try:
+        return TrainJobConfig.model_validate(data)
+    except ValidationError as e:
+        raise UserError(format_validation_error(e, source)) from e
+
+
 def load_job_config(path: str | Path | None, task: str, overrides: list[str] | None = None) -> TrainJobConfig:
     """The job file (if any) + dotted overrides, validated, with `task` set by the command. A file written for the
     other task is an error, not a silent switch."""
     data = read_yaml_mapping(path, "job config") if path else {}
     source = str(path) if path else "defaults"
     if data.get("task", task) != task:
-        raise ValueError(f"job config {source} is for task {data['task']!r}, not {task!r}")
+        raise UserError(f"job config {source} is for task {data['task']!r}, not {task!r}")
     data["task"] = task
     if overrides:
         data = merge(data, parse_overrides(overrides))
         source += " + overrides"
-    try:
-        cfg = TrainJobConfig.model_validate(data)
-    except ValidationError as e:
-        raise ValueError(format_validation_error(e, source)) from e
+    cfg = parse_job_config(data, source)
     # relative data paths are the caller's: make them absolute before the job runs elsewhere (service, workers)
     cfg.sft.paths = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in cfg.sft.paths]
     if cfg.sft.rag_qa is not None:

@@ -11,14 +11,15 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pyarrow as pa
 import ray
 import ray.data
 
+from app.errors import UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
 from app.train.reranker_data import MineNegatives, PairTokenize, self_pairs
@@ -30,13 +31,43 @@ SHOW_BAD = 5  # bad records named in the error
 PREP_CPUS = 0.25
 
 
+class DataCounts(TypedDict):
+    """Training records, reconciled: records = kept + the dropped of every reason."""
+
+    records: int
+    kept: int
+    dropped: dict[str, int]  # reason → records
+    queries: NotRequired[int]  # reranker: the queries the (query, positive) pairs come from
+    group_size: NotRequired[int]  # reranker: rows per group (the positive and its negatives)
+
+
+class SFTSource(TypedDict):
+    """What sft data was, for the model's lineage."""
+
+    paths: list[str]
+    rag_qa: NotRequired[str]  # the question set of sft.rag_qa
+    split: NotRequired[str]
+
+
+class RerankerSource(TypedDict):
+    """What reranker data was, for the model's lineage."""
+
+    beir_dir: str | None  # None: pairs mined from the index itself
+    split: str | None
+    index_storage: str
+    index_version: int
+
+
+DataSource = SFTSource | RerankerSource
+
+
 @dataclass
 class Prepared:
     dataset: ray.data.Dataset
     rows: int  # training rows (examples, packed rows or groups)
-    counts: dict[str, Any] = field(default_factory=dict)  # {"records", "kept", "dropped": {reason: n}}
-    pad_id: int = 0
-    source: dict[str, Any] = field(default_factory=dict)  # what the data was, for the model's lineage
+    counts: DataCounts
+    pad_id: int
+    source: DataSource
 
 
 def prepare(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
@@ -65,12 +96,12 @@ def _records(paths: list[str]) -> ray.data.Dataset:
 
     inputs = expand(paths)
     if inputs.refused:
-        raise ValueError("training data outside the given paths (symlinks): "
-                         f"{', '.join(r['source'] for r in inputs.refused[:5])}")
+        raise UserError("training data outside the given paths (symlinks): "
+                        f"{', '.join(r['source'] for r in inputs.refused[:5])}")
     files, fs = inputs.files, inputs.filesystem
     bad = [inputs.source(f) for f in files if not f.endswith((".jsonl", ".json", ".parquet"))]
     if bad:
-        raise ValueError(f"training data must be .jsonl or .parquet files; not: {', '.join(bad[:5])}")
+        raise UserError(f"training data must be .jsonl or .parquet files; not: {', '.join(bad[:5])}")
     parts = []
     jsonl = [f for f in files if not f.endswith(".parquet")]
     if jsonl:
@@ -89,22 +120,22 @@ def _records(paths: list[str]) -> ray.data.Dataset:
     return parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
 
 
-def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Dataset, dict[str, Any]]:
+def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Dataset, DataCounts]:
     """Count drops by reason; fail naming the first bad records, or filter them out (on_bad_record: skip)."""
     ds = ds.materialize()
     # counted on the driver from the one short column: a groupby shuffles through whole-CPU tasks
     drops = ds.select_columns(["drop"], num_cpus=PREP_CPUS)
     by_reason = Counter(str(d) for b in drops.iter_batches(batch_format="numpy") for d in b["drop"])
     kept = by_reason.pop("", 0)
-    counts = {"records": kept + sum(by_reason.values()), "kept": kept, "dropped": dict(sorted(by_reason.items()))}
+    counts = DataCounts(records=kept + sum(by_reason.values()), kept=kept, dropped=dict(sorted(by_reason.items())))
     if by_reason and cfg.on_bad_record == "fail":
         bad = ds.filter(lambda r: r["drop"] != "", num_cpus=PREP_CPUS).take(SHOW_BAD)
         lines = [f"  {r['source']}: {r['drop']}: {r['detail']}" for r in bad]
-        raise ValueError(f"{sum(by_reason.values())} of {counts['records']} training records are bad "
-                         f"({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}); first ones:\n"
-                         + "\n".join(lines) + "\nfix them, or set on_bad_record: skip to drop and count them")
+        raise UserError(f"{sum(by_reason.values())} of {counts['records']} training records are bad "
+                        f"({', '.join(f'{k} {v}' for k, v in sorted(by_reason.items()))}); first ones:\n"
+                        + "\n".join(lines) + "\nfix them, or set on_bad_record: skip to drop and count them")
     if not kept:
-        raise ValueError(f"no usable training record (dropped: {counts['dropped']})")
+        raise UserError(f"no usable training record (dropped: {counts['dropped']})")
     return ds.filter(lambda r: r["drop"] == "", num_cpus=PREP_CPUS), counts
 
 
@@ -127,7 +158,7 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None:
-        raise ValueError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
+        raise UserError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
     parts = ([_records(cfg.sft.paths)] if cfg.sft.paths else []) + \
         ([_rag_qa_records(cfg, model_path, storage)] if cfg.sft.rag_qa else [])
     records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
@@ -142,21 +173,23 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
     ds = ds.materialize()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rq = cfg.sft.rag_qa
-    source = {"paths": cfg.sft.paths, **({"rag_qa": rq.dataset, "split": rq.split} if rq else {})}
+    source = SFTSource(paths=cfg.sft.paths)
+    if rq:
+        source["rag_qa"], source["split"] = rq.dataset, rq.split
     return Prepared(ds, ds.count(), counts, int(pad), source)
 
 
 def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[dict[str, Any]], Storage]:
     """(query rows, the storage root holding the BEIR corpus's index); the corpus is ingested there once."""
     from app.config import AppConfig
-    from app.eval.beir import load_beir
-    from app.eval.retrieval import ensure_index
+    from app.indexing import ensure_index
+    from app.qa.beir import load_beir
 
     assert cfg.reranker.beir_dir is not None
     directory = Path(cfg.reranker.beir_dir)
     queries, qrels = load_beir(directory, cfg.reranker.split)
     if not queries:
-        raise ValueError(f"{directory}: split {cfg.reranker.split!r} has no query with a relevant document")
+        raise UserError(f"{directory}: split {cfg.reranker.split!r} has no query with a relevant document")
     eval_storage = Storage(f"{storage.uri.rstrip('/')}/eval/{directory.name}")
     if not eval_storage.exists("indexes"):
         ensure_index(directory, eval_storage, AppConfig())
@@ -176,7 +209,7 @@ def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> 
         index_storage = storage
         rows = self_pairs(Index.load(storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
         if not rows:
-            raise ValueError("the index has no chunk long enough to make a (pseudo-query, passage) pair")
+            raise UserError("the index has no chunk long enough to make a (pseudo-query, passage) pair")
     version = Index.load(index_storage, rc.index_version, verify=False).version
     ds: ray.data.Dataset = ray.data.from_items(rows)
     ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, rc.model_dump(), cfg.seed),
@@ -187,8 +220,8 @@ def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> 
     pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     # one group per (query, positive) pair; a positive the index does not hold makes none
     pairs = sum(len(r["positives"]) for r in rows)
-    counts = {"records": pairs, "kept": n, "dropped": {"positive_not_in_index": pairs - n} if pairs > n else {},
-              "queries": len(rows), "group_size": 1 + rc.negatives}
-    source = {"beir_dir": rc.beir_dir, "split": rc.split if rc.beir_dir else None, "index_storage": index_storage.uri,
-              "index_version": version}
+    counts = DataCounts(records=pairs, kept=n, dropped={"positive_not_in_index": pairs - n} if pairs > n else {},
+                        queries=len(rows), group_size=1 + rc.negatives)
+    source = RerankerSource(beir_dir=rc.beir_dir, split=rc.split if rc.beir_dir else None,
+                            index_storage=index_storage.uri, index_version=version)
     return Prepared(ds, n, counts, int(pad), source)

@@ -14,7 +14,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import ray.train
@@ -38,7 +38,15 @@ SHUFFLE_BUFFER = 256  # rows per worker mixed by the seeded local shuffle
 REPORT_EVERY_S = 2.0
 
 
-def _rng_state() -> dict[str, Any]:
+class RngState(TypedDict):
+    """One rank's random generators, as `rng-rank<k>.pt` holds them."""
+
+    python: tuple[Any, ...]  # random.getstate()
+    numpy: tuple[Any, ...]  # the legacy form (name, keys, pos, has_gauss, gauss), its keys as an int64 tensor
+    torch: torch.Tensor
+
+
+def _rng_state() -> RngState:
     """Only tensors and plain values, so a checkpoint loads with `torch.load(weights_only=True)`: unpickling
     arbitrary objects from a checkpoint directory would run whatever code a tampered file names."""
     name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
@@ -47,7 +55,7 @@ def _rng_state() -> dict[str, Any]:
                                                    gauss), "torch": torch.get_rng_state()}
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: RngState) -> None:
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     name, keys, pos, has_gauss, gauss = state["numpy"]
@@ -110,19 +118,19 @@ def train_loop(config: dict[str, Any]) -> None:
                 os._exit(1)
             done = step >= config["total_steps"]
             report = metrics.gather(window, step, strategy.lr, epoch, n_params, model, cfg, device)
-            report["attempt_start_step"] = start_step
-            report["worker_nodes"] = nodes
+            report.attempt_start_step = start_step
+            report.worker_nodes = nodes
             window = metrics.Window()
             # every rank decides alike (report is a collective): compute_s is the gathered slowest worker's
-            unreported_s += report["compute_s"]
+            unreported_s += report.compute_s
             if step % cfg.checkpoint_every == 0 or done:
                 _save(strategy, report, rank, {"step": step, "epoch": epoch, "position": position})
                 last_saved, unreported_s = step, 0.0
             elif unreported_s >= REPORT_EVERY_S:
-                ray.train.report(report)
+                ray.train.report(report.metrics())
                 unreported_s = 0.0
             if rank == 0:
-                tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report, step)
+                tracking.log_metrics(config["mlflow"]["uri"], config["mlflow"]["run_id"], report.metrics(), step)
             if done:
                 break
         if not done:
@@ -151,7 +159,7 @@ def _worker_nodes(world: int) -> list[str]:
     return nodes
 
 
-def _save(strategy: Any, report: dict[str, Any], rank: int, progress: dict[str, int]) -> None:
+def _save(strategy: Any, report: metrics.StepReport, rank: int, progress: dict[str, int]) -> None:
     """Every rank writes its part into its own directory; Ray Train merges them into one checkpoint and registers
     it only once every rank's upload is done, so a crash mid-save never leaves a checkpoint that looks valid."""
     with tempfile.TemporaryDirectory() as d:
@@ -160,7 +168,7 @@ def _save(strategy: Any, report: dict[str, Any], rank: int, progress: dict[str, 
         torch.save(_rng_state(), Path(d) / f"rng-rank{rank}.pt")
         if rank == 0:
             (Path(d) / "progress.json").write_text(json.dumps(progress))
-        report["checkpoint_save_s"] = round(time.perf_counter() - t0, 3)
-        ray.train.report(report, checkpoint=ray.train.Checkpoint.from_directory(d),
+        report.checkpoint_save_s = round(time.perf_counter() - t0, 3)
+        ray.train.report(report.metrics(), checkpoint=ray.train.Checkpoint.from_directory(d),
                          checkpoint_dir_name=f"step-{progress['step']:08d}")
 

@@ -7,7 +7,7 @@ outside the embeddings) plus 12·L·d·T for attention (L layers, d model width,
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -40,6 +40,32 @@ class Window:
         self.seconds += seconds
 
 
+@dataclass
+class StepReport:
+    """One optimizer step, all workers combined: what Ray Train and MLflow get (`metrics()`), and the last one is
+    the run record's `metrics`."""
+
+    step: int
+    epoch: int
+    loss: float
+    lr: float
+    tokens_per_s: float
+    samples_per_s: float
+    tokens_per_s_per_worker: list[float]
+    samples_per_s_per_worker: list[float]
+    tokens: int
+    peak_memory_mb: float
+    compute_s: float  # forward and backward of this step, on the slowest worker
+    mfu: float | None = None  # None: the device's peak FLOP/s is unknown
+    attempt_start_step: int = 0  # where this attempt began (0, or a checkpoint's step)
+    worker_nodes: list[str] = field(default_factory=list)  # the Ray node each rank runs on
+    checkpoint_save_s: float | None = None  # set on a step that saved a checkpoint
+
+    def metrics(self) -> dict[str, Any]:
+        """As Ray Train's `report` takes it: the fields that are set."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 def non_embedding_params(model: torch.nn.Module) -> int:
     embedding = sum(p.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters())
     return sum(p.numel() for p in model.parameters()) - embedding
@@ -68,8 +94,8 @@ def peak_memory_mb() -> float:
 
 
 def gather(w: Window, step: int, lr: float, epoch: int, n_params: int, model: torch.nn.Module,
-           cfg: TrainJobConfig, device: torch.device) -> dict[str, Any]:
-    """All workers' windows combined (a collective: every rank calls it). Rank 0's dict is what Ray Train keeps."""
+           cfg: TrainJobConfig, device: torch.device) -> StepReport:
+    """All workers' windows combined (a collective: every rank calls it). Rank 0's is what Ray Train keeps."""
     mine = torch.tensor([w.loss_sum, w.micro_batches, w.tokens, w.samples, w.seq_len_sum, w.seconds,
                          peak_memory_mb()], dtype=torch.float64, device=device)  # NCCL gathers CUDA tensors
     if dist.is_initialized():
@@ -84,19 +110,17 @@ def gather(w: Window, step: int, lr: float, epoch: int, n_params: int, model: to
     seq_len = float(seq_sum.sum() / micro.sum().clamp(min=1))
     fpt = flops_per_token(model, n_params, seq_len)
     peak = peak_flops(cfg, device)
-    report: dict[str, Any] = {
-        "step": step,
-        "epoch": epoch,
-        "loss": float(loss_sum.sum() / micro.sum().clamp(min=1)),
-        "lr": lr,
-        "tokens_per_s": float(tokens.sum()) / wall,
-        "samples_per_s": float(samples.sum()) / wall,
-        "tokens_per_s_per_worker": [round(x, 1) for x in per_worker_tps],
-        "samples_per_s_per_worker": [round(x, 2) for x in (samples / seconds.clamp(min=1e-9)).tolist()],
-        "tokens": int(tokens.sum()),
-        "peak_memory_mb": round(float(mem.max()), 1),
-        "compute_s": wall,  # forward and backward of this step, on the slowest worker
-    }
-    if peak:
-        report["mfu"] = float(tokens.sum()) / wall / len(per_worker_tps) * fpt / peak
-    return report
+    return StepReport(
+        step=step,
+        epoch=epoch,
+        loss=float(loss_sum.sum() / micro.sum().clamp(min=1)),
+        lr=lr,
+        tokens_per_s=float(tokens.sum()) / wall,
+        samples_per_s=float(samples.sum()) / wall,
+        tokens_per_s_per_worker=[round(x, 1) for x in per_worker_tps],
+        samples_per_s_per_worker=[round(x, 2) for x in (samples / seconds.clamp(min=1e-9)).tolist()],
+        tokens=int(tokens.sum()),
+        peak_memory_mb=round(float(mem.max()), 1),
+        compute_s=wall,
+        mfu=float(tokens.sum()) / wall / len(per_worker_tps) * fpt / peak if peak else None,
+    )

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from app.config import GeneratorConfig, SearchConfig
 from app.qa.metrics import contains_answer
 from app.qa.questions import Question
 from app.rag.prompt import rag_prompt
+from app.rag.protocol import Passage
 from app.storage import Storage
 from app.train.config import RagQAConfig
 
@@ -33,22 +34,22 @@ def drops_gold(qid: str, fraction: float) -> bool:
     return int(hashlib.sha256(qid.encode()).hexdigest()[:8], 16) / 0x1_0000_0000 < fraction
 
 
-def with_gold(qid: str, hits: list[dict[str, Any]], gold: dict[str, Any], keep: int) -> list[dict[str, Any]]:
+def with_gold(qid: str, hits: list[Passage], gold: Passage, keep: int) -> list[Passage]:
     """`hits` whose first `keep` hold `gold`: unchanged when they do, else `gold` takes a place among them chosen by
     a stable hash of the question id (not always the last, which the model would learn to cite)."""
-    if any(h["doc_id"] == gold["doc_id"] for h in hits[:keep]):
+    if any(h.doc_id == gold.doc_id for h in hits[:keep]):
         return hits
     at = int(hashlib.sha256(f"at:{qid}".encode()).hexdigest()[:8], 16) % max(1, min(keep, len(hits) + 1))
-    rest = [h for h in hits if h["doc_id"] != gold["doc_id"]]
+    rest = [h for h in hits if h.doc_id != gold.doc_id]
     return [*rest[:at], gold, *rest[at:]]
 
 
-def answer_for(question: Question, passages: list[dict[str, Any]], idk: str) -> str:
+def answer_for(question: Question, passages: Sequence[Passage], idk: str) -> str:
     """The first gold answer cited by the first passage in the prompt that is the gold document, else by one that
     holds the answer; `idk` when none does."""
     for want_doc in (True, False):
         for n, p in enumerate(passages, start=1):
-            if (p["doc_id"] == question.doc_id) if want_doc else contains_answer(p["text"], question.answers):
+            if (p.doc_id == question.doc_id) if want_doc else contains_answer(p.text, question.answers):
                 return f"{question.answers[0]} [{n}]"
     return idk
 
@@ -73,14 +74,14 @@ class RagQAExamples:
         for c in self.searcher.index.chunks:
             self.chunks_of.setdefault(c["doc_id"], []).append(c)
 
-    def gold_passage(self, q: Question) -> dict[str, Any] | None:
+    def gold_passage(self, q: Question) -> Passage | None:
         """The gold document's chunk that holds an answer (else its first), shaped as a search hit."""
         chunks = sorted(self.chunks_of.get(q.doc_id, []), key=lambda c: c["chunk_index"])
         if not chunks:
             return None
         c = next((c for c in chunks if contains_answer(c["text"], q.answers)), chunks[0])
-        return {"rank": 0, "score": 0.0, **{k: c[k] for k in ("chunk_id", "doc_id", "chunk_index", "source", "title",
-                                                              "text", "start_char", "end_char")}}
+        return Passage(rank=0, score=0.0, **{k: c[k] for k in ("chunk_id", "doc_id", "chunk_index", "source", "title",
+                                                                "text", "start_char", "end_char")})
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         questions = [Question(str(qid), str(q), tuple(str(a) for a in answers), str(doc), str(article))
@@ -90,9 +91,10 @@ class RagQAExamples:
         out: dict[str, list[Any]] = {"record": [], "source": []}
         index = self.searcher.index
         for q, vec in zip(questions, vectors, strict=True):
-            hits = [h.to_dict() for h in index.search(q.question, vec, self.search.mode, self.cfg.top_k, self.search)]
+            hits = [Passage(**h.to_dict())
+                    for h in index.search(q.question, vec, self.search.mode, self.cfg.top_k, self.search)]
             if drops_gold(q.qid, self.cfg.idk_fraction):
-                hits = [h for h in hits if h["doc_id"] != q.doc_id and not contains_answer(h["text"], q.answers)]
+                hits = [h for h in hits if h.doc_id != q.doc_id and not contains_answer(h.text, q.answers)]
             elif self.cfg.insert_gold and (gold := self.gold_passage(q)) is not None:
                 hits = with_gold(q.qid, hits, gold, self.gen.passages)
             prompt = rag_prompt(q.question, hits, self.gen, self.tokens.count_tokens)
@@ -103,8 +105,19 @@ class RagQAExamples:
         return out
 
 
-def question_rows(cfg: RagQAConfig) -> list[dict[str, Any]]:
+class QuestionRow(TypedDict):
+    """A `Question` as a Ray Data row (the `RagQAExamples` input)."""
+
+    qid: str
+    question: str
+    answers: list[str]
+    doc_id: str
+    article: str
+
+
+def question_rows(cfg: RagQAConfig) -> list[QuestionRow]:
     from app.qa.questions import load_questions, sample
 
     questions = sample(load_questions(Path(cfg.dataset), cfg.split), cfg.limit)
-    return [{**asdict(q), "answers": list(q.answers)} for q in questions]
+    return [QuestionRow(qid=q.qid, question=q.question, answers=list(q.answers), doc_id=q.doc_id, article=q.article)
+            for q in questions]

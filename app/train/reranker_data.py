@@ -19,14 +19,9 @@ from typing import Any
 import numpy as np
 
 from app.config import SearchConfig
-from app.ingest.stages import embed_text
+from app.models.cross_encoder import passage_text
 from app.storage import Storage
 from app.train.config import RerankerDataConfig
-
-
-def passage(hit: dict[str, Any]) -> str:
-    """What the cross-encoder reads for a chunk: the same title + text the index embedded (and serving sends)."""
-    return embed_text(hit.get("title") or "", hit["text"], include_title=True)
 
 
 def self_pairs(chunks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
@@ -46,7 +41,7 @@ def self_pairs(chunks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str
                 continue
             query, text = first, rest
         out.append({"qid": c["chunk_id"], "query": query, "positives": [c["doc_id"]],
-                    "positive_texts": [embed_text(title, text, include_title=True)]})
+                    "positive_texts": [passage_text(title, text)]})
     return out
 
 
@@ -86,13 +81,18 @@ class MineNegatives:
             if given is not None:
                 texts = [str(t) for t in given[i]]
             else:
-                texts = [passage(self.index.chunks[self.by_doc[d]]) for d in sorted(positives) if d in self.by_doc]
+                texts = [self.passage(self.by_doc[d]) for d in sorted(positives) if d in self.by_doc]
             for text in texts:
                 negatives = rng.sample(pool, n)
                 out["qid"].append(str(qid))
                 out["query"].append(query)
-                out["texts"].append([text] + [passage(self.index.chunks[r]) for r in negatives])
+                out["texts"].append([text] + [self.passage(r) for r in negatives])
         return out
+
+    def passage(self, row: int) -> str:
+        """What the cross-encoder reads for the index's chunk `row`: the text serving and evaluation give it."""
+        chunk = self.index.chunks[row]
+        return passage_text(chunk["title"], chunk["text"])
 
 
 class PairTokenize:

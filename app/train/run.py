@@ -15,12 +15,16 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import tracking
 from app.catalog import Catalog, now_iso
+from app.errors import NotFound, UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
+
+if TYPE_CHECKING:
+    from app.train.data import DataCounts, DataSource
 
 RUN_RECORDS = "runs/train"
 
@@ -30,7 +34,8 @@ def run_name(cfg: TrainJobConfig) -> str:
 
 
 def validate(cfg: TrainJobConfig) -> str:
-    """Checks that need no cluster (the model and the data exist); returns the resolved model path or hub id."""
+    """Checks that need no cluster (the model and the data exist); returns the resolved model path or hub id.
+    Pass that on as `run_training(..., model_path=)` so the run does not check (and resolve) it all over again."""
     from app.ingest.inputs import expand
     from app.train.task import resolve_model
 
@@ -38,9 +43,9 @@ def validate(cfg: TrainJobConfig) -> str:
         if cfg.sft.paths:
             expand(cfg.sft.paths)
         if cfg.sft.rag_qa is not None and not Path(cfg.sft.rag_qa.dataset).is_file():
-            raise ValueError(f"sft.rag_qa.dataset {cfg.sft.rag_qa.dataset} is not a file")
+            raise NotFound(f"sft.rag_qa.dataset {cfg.sft.rag_qa.dataset} is not a file")
     elif cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
-        raise ValueError(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
+        raise NotFound(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
     return resolve_model(cfg)
 
 
@@ -55,12 +60,15 @@ def load_records(storage: Storage) -> list[dict[str, Any]]:
 
 
 def run_training(cfg: TrainJobConfig, storage: Storage,
-                 on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                 on_update: Callable[[dict[str, Any]], None] | None = None, *,
+                 model_path: str | None = None) -> dict[str, Any]:
     """Run (or resume, when a run of this name stopped before) one job to the end; returns its record with the
-    registered model version. Needs a connected Ray. Raises ValueError for bad config or data, before any
-    training worker starts."""
+    registered model version. Needs a connected Ray. Raises UserError for bad config or data, before any
+    training worker starts. `model_path`: what `validate(cfg)` returned, where the caller validated already in
+    this process; None: validated here."""
     name = run_name(cfg)
-    model_path = validate(cfg)
+    if model_path is None:
+        model_path = validate(cfg)
     record: dict[str, Any] = {"name": name, "task": cfg.task, "state": "preparing", "started_at": now_iso(),
                               "config": cfg.model_dump(), "storage": storage.uri}
     update = on_update or (lambda r: None)
@@ -88,8 +96,8 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
     per_worker = prepared.rows // cfg.num_workers  # streaming_split(equal=True) gives each worker this many rows
     steps_per_epoch = per_worker // cfg.batch_size // cfg.grad_accum
     if steps_per_epoch == 0:
-        raise ValueError(f"{prepared.rows} training rows make no optimizer step with {cfg.num_workers} workers × "
-                         f"batch_size {cfg.batch_size} × grad_accum {cfg.grad_accum}")
+        raise UserError(f"{prepared.rows} training rows make no optimizer step with {cfg.num_workers} workers × "
+                        f"batch_size {cfg.batch_size} × grad_accum {cfg.grad_accum}")
     total_steps = min(cfg.max_steps or 1 << 62, steps_per_epoch * cfg.epochs)
     record.update(state="running", counts=prepared.counts, data=prepared.source, total_steps=total_steps,
                   prepare_s=round(time.perf_counter() - t0, 1))
@@ -137,7 +145,7 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
 
 
 def register(storage: Storage, cfg: TrainJobConfig, run: str, export_dir: str, metrics: dict[str, Any],
-             counts: dict[str, Any], source: dict[str, Any]) -> int:
+             counts: DataCounts, source: DataSource) -> int:
     """Copy the export into its own directory under models/<name>/ and publish a model version for it."""
     import uuid
 

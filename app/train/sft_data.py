@@ -9,17 +9,24 @@ character offsets of the assistant contents in the rendered text, so no template
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from app.errors import UserError
 from app.train.config import SFTDataConfig
+
+if TYPE_CHECKING:
+    import torch
 
 IGNORE = -100  # label of tokens that carry no loss (prompt, template, padding)
 ROLES = ("system", "user", "assistant")
 
 
-class BadRecord(ValueError):
+class BadRecord(UserError):
+    """A training record that makes no example; `reason` is its drop reason in the counts (missing_field, empty,
+    bad_template, too_long)."""
+
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)
         self.reason = reason
@@ -98,7 +105,7 @@ class SFTTokenize:
         self.cfg = SFTDataConfig.model_validate(cfg)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {k: [] for k in ("input_ids", "labels", "tokens", "source", "drop", "detail")}
         for raw, source in zip(batch["record"], batch["source"], strict=True):
             ids: list[int] = []
@@ -140,7 +147,7 @@ def pack(batch: dict[str, np.ndarray], max_length: int) -> dict[str, list[Any]]:
     return rows
 
 
-def collate_lm(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, Any]:
+def collate_lm(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad a micro-batch to its longest row: input_ids, labels, attention_mask, each (B, T) int64."""
     import torch
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from app.errors import UserError
 from app.train.config import TrainJobConfig
 
 
@@ -53,7 +54,7 @@ def transformer_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
                 break
         if isinstance(node, torch.nn.ModuleList):
             return list(node)
-    raise ValueError(f"fsdp: no transformer block list found in {type(model).__name__}")
+    raise UserError(f"fsdp: no transformer block list found in {type(model).__name__}")
 
 
 class Strategy:
@@ -74,7 +75,7 @@ class Strategy:
 
         return ray.train.torch.prepare_model(model, parallel_strategy="ddp")
 
-    def forward(self, batch: dict[str, Any]) -> Any:
+    def forward(self, batch: dict[str, torch.Tensor]) -> Any:
         with torch.autocast(self.device.type, dtype=self.amp or torch.float32, enabled=self.amp is not None):
             return self.model(**batch)
 

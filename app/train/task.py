@@ -8,17 +8,18 @@ from typing import Any
 import torch
 
 from app import envs
+from app.errors import UserError
 from app.train.config import TrainJobConfig
 from app.train.sft_data import IGNORE
 
 
 def resolve_model(cfg: TrainJobConfig) -> str:
     """A local directory (the packaged defaults resolved, the GGUF converted once) or a hub id."""
-    from app.models import embedder, generator
+    from app.models import cross_encoder, generator
 
     if cfg.task == "sft":
         return generator.resolve(cfg.model_name, envs.cache_dir())
-    return embedder.resolve(cfg.model_name)
+    return cross_encoder.resolve(cfg.model_name)
 
 
 def build_model(cfg: TrainJobConfig, path: str) -> torch.nn.Module:
@@ -34,8 +35,8 @@ def build_model(cfg: TrainJobConfig, path: str) -> torch.nn.Module:
 
             blocks = transformer_blocks(model)
             if cfg.freeze_layers >= len(blocks):
-                raise ValueError(f"freeze_layers {cfg.freeze_layers} leaves nothing to train: {cfg.model_name} has "
-                                 f"{len(blocks)} blocks")
+                raise UserError(f"freeze_layers {cfg.freeze_layers} leaves nothing to train: {cfg.model_name} has "
+                                f"{len(blocks)} blocks")
             model.get_input_embeddings().requires_grad_(False)
             for block in blocks[: cfg.freeze_layers]:
                 block.requires_grad_(False)

@@ -77,13 +77,13 @@ def test_the_llm_application_serves_on_gpu(gpu_ray, tmp_path):
         path = generator_model.resolve("SmolLM2-135M-Instruct", envs.cache_dir())
         engine = ServeLLMEngine(GeneratorConfig(model=path))
         pieces = asyncio.run(_collect(engine))
-        assert "".join(p.get("text", "") for p in pieces).strip() and pieces[-1]["completion_tokens"] == 8
+        assert "".join(p.text for p in pieces[:-1]).strip() and pieces[-1].completion_tokens == 8
         print(f"\n[gpu vllm via Serve] {pieces[-1]}")
     finally:
         serve.shutdown()
 
 
-async def _collect(engine) -> list[dict]:
+async def _collect(engine) -> list:
     from app.rag.engines import Sampling
 
     return [p async for p in engine.stream([{"role": "user", "content": "What is a lambda?"}],

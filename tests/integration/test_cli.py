@@ -71,7 +71,7 @@ def test_cluster_commands_bad_input(tmp_path, corpus):
                       "ragline submit")
     for args in (("submit", "ingest", path), ("status",)):
         done = run("--storage", store, "--address", nobody, *args)
-        assert done.returncode == 1 and f"no Ray dashboard answers at {nobody}" in done.stderr, done.stderr
+        assert done.returncode == 3 and f"no Ray dashboard answers at {nobody}" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert run("--storage", store, "--address", nobody, "submit", "ingest").returncode == 2  # no ARGS: usage
 

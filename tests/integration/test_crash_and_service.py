@@ -13,7 +13,7 @@ import ray
 
 from app.catalog import Catalog
 from app.index.build import load_chunks
-from app.ingest.pipeline import run_ingest
+from app.indexing import run_ingest
 from app.services.ingest import service_name
 from app.storage import Storage
 from tests.helpers import topic_text
@@ -50,7 +50,7 @@ def assert_complete(storage: Storage, n_docs: int) -> None:
 DRIVER = """
 import sys, ray
 from app.config import load_config
-from app.ingest.pipeline import run_ingest
+from app.indexing import run_ingest
 from app.storage import Storage
 ray.init(address=sys.argv[1], namespace="ragline", log_to_driver=False)
 run_ingest([sys.argv[2]], load_config(), Storage(sys.argv[3]))

@@ -12,7 +12,7 @@ from app.rag.engines import Sampling, TransformersEngine
 MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 
-async def collect(engine: TransformersEngine, sampling: Sampling, limit: int | None = None) -> list[dict]:
+async def collect(engine: TransformersEngine, sampling: Sampling, limit: int | None = None) -> list:
     pieces = []
     stream = engine.stream(MESSAGES, sampling)
     async for piece in stream:
@@ -27,13 +27,13 @@ def test_transformers_engine_streams_within_its_budget_and_stops_on_request():
     engine = TransformersEngine(GeneratorConfig(engine="transformers"))
     pieces = asyncio.run(collect(engine, Sampling(max_new_tokens=12, temperature=0.0, top_p=1.0)))
     *text, end = pieces
-    full = "".join(p["text"] for p in text)
-    assert full.strip() and end["finish_reason"] == "length" and end["completion_tokens"] == 12
-    assert end["model"] == "SmolLM2-135M-Instruct" and end["prompt_tokens"] == engine.count_tokens(MESSAGES)
+    full = "".join(p.text for p in text)
+    assert full.strip() and end.finish_reason == "length" and end.completion_tokens == 12
+    assert end.model == "SmolLM2-135M-Instruct" and end.prompt_tokens == engine.count_tokens(MESSAGES)
 
     word = full.split()[1]
     *cut, end = asyncio.run(collect(engine, Sampling(12, 0.0, 1.0, stop=(word,))))
-    assert "".join(p["text"] for p in cut) == full[: full.index(word)] and end["finish_reason"] == "stop"
+    assert "".join(p.text for p in cut) == full[: full.index(word)] and end.finish_reason == "stop"
 
     t0 = time.perf_counter()
     assert len(asyncio.run(collect(engine, Sampling(400, 0.0, 1.0), limit=2))) == 2

@@ -6,7 +6,8 @@ import pytest
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
-from app.ingest.pipeline import IngestError, run_ingest
+from app.indexing import run_ingest
+from app.ingest.pipeline import IngestError
 from app.ingest.stages import DROP_REASONS
 from app.storage import Storage
 from tests.helpers import PLANTED, topic_text

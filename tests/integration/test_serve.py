@@ -19,8 +19,8 @@ from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 from app import apikeys, serving
 from app.catalog import Catalog
 from app.config import load_config
-from app.index.fusion import rerank_order
-from app.ingest.pipeline import run_ingest
+from app.indexing import run_ingest
+from app.models.cross_encoder import rerank_order
 from app.storage import Storage
 from tests.helpers import PLANTED, ROOT, SAMPLE, free_port, write_corpus
 
@@ -38,7 +38,7 @@ DEPLOYMENT_OPTIONS = {
 # ask for short answers (max_tokens); the budget is long, and no stop string ends it, so the abort test can start
 # a long one.
 OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
-             "serve.retriever.poll_interval_s=0.5", "serve.reranker.poll_interval_s=0.5"]
+             "serve.poll_interval_s=0.5"]
 
 
 def train_sft(storage: Storage, tiny_lm: str, name: str) -> int:
@@ -79,7 +79,7 @@ def auth(served) -> dict[str, str]:
 
 
 def test_query_over_http_cites_the_planted_document(served):
-    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served)).json()
+    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
     assert ready["ready"] and ready["retriever"]["index_version"] == 1 and ready["reranker"]["reranker"] == "none"
     r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 40}, headers=auth(served),
                    timeout=120)
@@ -277,13 +277,12 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     assert all(isinstance(x["relevance_score"], float) for x in body["results"])
     # retrieved candidates come back in the cross-encoder's order fused with the retriever's (their given order)
     handle = serve.get_deployment_handle("Reranker", serving.APP_NAME)
-    given = [{"text": t} for t in (OKAPI, PLANTED, "Lions nap in the afternoon heat.", QUESTION)]
-    alone = handle.rerank.remote(QUESTION, given, 4).result()["passages"]
-    fused = handle.rerank.remote(QUESTION, given, 4, True).result()["passages"]
-    scores = {p["text"]: p["rerank_score"] for p in alone}
-    assert [p["rerank_score"] for p in alone] == sorted(scores.values(), reverse=True)
-    order = rerank_order([scores[p["text"]] for p in given], 1.0, 60)
-    assert [p["text"] for p in fused] == [given[i]["text"] for i in order]
+    given = [("", t) for t in (OKAPI, PLANTED, "Lions nap in the afternoon heat.", QUESTION)]  # (title, text)
+    alone = handle.rerank.remote(QUESTION, given, 4).result()
+    fused = handle.rerank.remote(QUESTION, given, 4, True).result()
+    assert alone.reranker == fused.reranker == "reranker:v1" and alone.scores == sorted(alone.scores, reverse=True)
+    scores = dict(zip(alone.order, alone.scores, strict=True))
+    assert fused.order == rerank_order([scores[i] for i in range(len(given))], 1.0, 60)
     r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8}, headers=auth(served),
                    timeout=120)
     assert r.status_code == 200 and r.json()["models"]["reranker"] == "reranker:v1", r.text
@@ -329,6 +328,12 @@ def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp
             locust.kill()
     assert locust.returncode == 0, err[-2000:]
     assert replica_s < 30 and controller_s < 30, (replica_s, controller_s)
+    # the whole graph is ready again (the generator's handle to the LLM application found the new controller too)
+    # within 60 s, and /readyz answers within its own deadline meanwhile
+    t0 = time.perf_counter()
+    while (ready := httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10)).status_code != 200:
+        assert time.perf_counter() - t0 < 60, ready.text
+        time.sleep(1)
     assert serve.status().applications["ragline"].status == "RUNNING"
     report = json.loads(out.with_suffix(".json").read_text())
     total = report["endpoints"]["Aggregated"]
@@ -351,7 +356,7 @@ def vllm_metric(name: str) -> float:
 
 
 def test_vllm_serves_the_graph_with_its_metrics_and_the_callers_sampling(served):
-    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served)).json()
+    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
     assert ready["generator"]["engine"] == "vllm" and ready["generator"]["llm"] == "SmolLM2-135M-Instruct", ready
 
     def ask(**params) -> dict:

@@ -12,6 +12,7 @@ from app.eval.answers import check_documents, score, summarize
 from app.qa.metrics import cited_numbers, contains_answer, exact_match, f1, is_idk, normalize_answer
 from app.qa.questions import Question, dev_articles, load_questions, sample, squad_corpus, write_corpus
 from app.rag.prompt import rag_prompt, system_text
+from app.rag.protocol import Passage
 from app.train.rag_qa import answer_for, drops_gold, with_gold
 
 SQUAD = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "squad" / "dev-a-v1.1.json"
@@ -127,17 +128,21 @@ def test_scores_and_summary() -> None:
     assert report.latency_p50_s == 1.0  # failed requests are not latencies
 
 
+def passage(doc_id: str, text: str = "", title: str = "") -> Passage:
+    return Passage(chunk_id=f"{doc_id}:0", doc_id=doc_id, source=f"/d/{doc_id}", title=title, text=text, score=0.0)
+
+
 def test_qa_examples_cite_the_gold_passage_or_decline() -> None:
     q = Question("1", "Who won?", ("Denver Broncos",), "d1")
-    passages = [{"doc_id": "d5", "text": "The Denver Broncos won."}, {"doc_id": "d1", "text": "They won it."}]
+    passages = [passage("d5", "The Denver Broncos won."), passage("d1", "They won it.")]
     assert answer_for(q, passages, "I don't know.") == "Denver Broncos [2]"  # the gold document first
     assert answer_for(q, passages[:1], "I don't know.") == "Denver Broncos [1]"  # else one holding the answer
-    assert answer_for(q, [{"doc_id": "d7", "text": "no"}], "I don't know.") == "I don't know."
-    hits = [{"doc_id": f"d{i}"} for i in range(5)]
-    assert with_gold("q", hits, {"doc_id": "d1"}, 3) == hits  # retrieved: left as it is
-    places = {[h["doc_id"] for h in with_gold(str(i), hits, {"doc_id": "g"}, 3)].index("g") for i in range(50)}
+    assert answer_for(q, [passage("d7", "no")], "I don't know.") == "I don't know."
+    hits = [passage(f"d{i}") for i in range(5)]
+    assert with_gold("q", hits, passage("d1"), 3) == hits  # retrieved: left as it is
+    places = {[h.doc_id for h in with_gold(str(i), hits, passage("g"), 3)].index("g") for i in range(50)}
     assert places == {0, 1, 2}  # missed: put among the first 3, not always last
-    assert [h["doc_id"] for h in with_gold("q", hits, {"doc_id": "d4"}, 3)].count("d4") == 1  # moved up, not twice
+    assert [h.doc_id for h in with_gold("q", hits, passage("d4"), 3)].count("d4") == 1  # moved up, not twice
     dropped = sum(drops_gold(str(i), 0.1) for i in range(10_000))
     assert 900 < dropped < 1100 and drops_gold("42", 0.1) == drops_gold("42", 0.1)
 
@@ -145,7 +150,7 @@ def test_qa_examples_cite_the_gold_passage_or_decline() -> None:
 def test_the_served_prompt_asks_for_a_short_cited_answer() -> None:
     cfg = GeneratorConfig(idk_answer="No idea.")
     assert system_text(cfg).endswith("say: No idea.")
-    passages = [{"title": "T", "text": f"passage {i}"} for i in range(5)]
+    passages = [passage(f"d{i}", f"passage {i}", title="T") for i in range(5)]
     prompt = rag_prompt("Who?", passages, cfg, lambda m: sum(len(x["content"]) for x in m) // 4)
     assert len(prompt.passages) == cfg.passages == 3
     user = prompt.messages[-1]["content"]

@@ -12,14 +12,17 @@ from ray.serve.exceptions import BackPressureError
 
 from app import apikeys
 from app.config import ServeConfig
-from deployments.ingress import build_api
-from deployments.retriever import NotReady
+from app.errors import NotReady
+from app.rag.flow import RagFlow
+from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved
+from deployments.api import build_api
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-HIT = {"rank": 1, "score": 0.5, "chunk_id": "c1", "doc_id": "zebra", "chunk_index": 0, "source": "/d/z.txt",
-       "title": "Zebras", "text": "Zebras cross the Mara river in July.", "start_char": 0, "end_char": 36}
-HIT2 = {**HIT, "rank": 2, "score": 0.25, "chunk_id": "c2", "doc_id": "lion", "title": "Lions", "text": "Lions nap."}
+HIT = Passage(rank=1, score=0.5, chunk_id="c1", doc_id="zebra", chunk_index=0, source="/d/z.txt", title="Zebras",
+              text="Zebras cross the Mara river in July.", start_char=0, end_char=36)
+HIT2 = Passage(rank=2, score=0.25, chunk_id="c2", doc_id="lion", chunk_index=0, source="/d/l.txt", title="Lions",
+               text="Lions nap.", start_char=0, end_char=10)
 
 
 class FakeStages:
@@ -38,29 +41,36 @@ class FakeStages:
 
     async def retrieve(self, query, mode, k, sources):
         self._maybe_fail("retrieve")
-        return {"index_version": 3, "mode": mode or "hybrid", "hits": [HIT, HIT2][:k], "timings_ms": {"embed": 1.0}}
+        return Retrieved(index_version=3, mode=mode or "hybrid", embedder="all-MiniLM-L6-v2", hits=[HIT, HIT2][:k],
+                         timings_ms={"embed": 1.0})
 
-    async def rerank(self, query, passages, top_n, retrieved=False):
+    async def rerank(self, query, documents, top_n, retrieved):
         self._maybe_fail("rerank")
         self.retrieved.append(retrieved)
-        return {"reranker": "none", "passages": passages[:top_n]}
+        return Ranking(reranker="none", order=list(range(len(documents)))[:top_n])
 
-    async def stream(self, question, passages, **kwargs):
+    async def stream(self, question, passages, generation):
         self._maybe_fail("generate")
-        yield {"passages": len(passages)}
+        yield Fitted(len(passages))
         for word in ["Zebras ", "cross ", "in ", "July ", "[1]."]:
             await asyncio.sleep(self.slow)
-            yield {"text": word}
-        yield {"finish_reason": "stop", "prompt_tokens": 40, "completion_tokens": 5}
+            yield Delta(word)
+        yield Finished("stop", 40, 5, "SmolLM2-135M-Instruct")
 
     async def embed(self, texts):
         self._maybe_fail("embed")
-        return {"model": "all-MiniLM-L6-v2", "vectors": [[0.5, -0.25, 1.0] for _ in texts]}
+        return Embedded(model="all-MiniLM-L6-v2", vectors=[[0.5, -0.25, 1.0] for _ in texts])
 
     async def ready(self):
         ok = "retrieve" not in self.fail
         return {"retriever": {"ready": ok}, "reranker": {"ready": True, "reranker": "none"},
                 "generator": {"ready": True}}
+
+
+def serve_api(stages, cfg, keys):
+    """The API as the Ingress builds it, over the fakes (candidates: 0, no reranker configured)."""
+    return build_api(RagFlow(stages, candidates=0), cfg.api, apikeys.KeyRing.of(keys), lambda text: len(text.split()),
+                     generator="SmolLM2-135M-Instruct", embedder="all-MiniLM-L6-v2")
 
 
 @pytest.fixture
@@ -74,8 +84,7 @@ def client(stages):
     cfg.api.max_question_tokens = 20
     cfg.api.max_body_bytes = 2048
     cfg.api.request_timeout_s = 0.5
-    api = build_api(stages, cfg, apikeys.KeyRing.of([KEY, "second-key"]), lambda text: len(text.split()),
-                    {"generator": "SmolLM2-135M-Instruct", "embedder": "all-MiniLM-L6-v2"})
+    api = serve_api(stages, cfg, [KEY, "second-key"])
     return TestClient(api, raise_server_exceptions=False)  # as a real server: the 500 response, not a raise
 
 
@@ -209,8 +218,7 @@ def test_every_list_and_text_is_bounded_and_bad_unicode_is_422(stages, path, bod
     cfg.api = cfg.api.model_copy(update={
         "max_sources": 3, "max_source_chars": 32, "max_question_chars": 100, "max_rerank_documents": 4,
         "max_embed_inputs": 4, "max_document_chars": 64, "max_messages": 6, "max_message_chars": 64, "max_stop": 2})
-    api = build_api(stages, cfg, apikeys.KeyRing.of([KEY]), lambda text: len(text.split()),
-                    {"generator": "SmolLM2-135M-Instruct", "embedder": "all-MiniLM-L6-v2"})
+    api = serve_api(stages, cfg, [KEY])
     raw = json.dumps(body).encode()  # a lone surrogate goes out as JSON's own escape, as a client sends it
     r = TestClient(api).post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
     assert message in error(r, 422, "invalid_request")["message"]
@@ -258,6 +266,28 @@ def test_overload_not_ready_and_internal_errors(client, stages):
     stages.fail = {"rerank": KeyError("secret internals")}
     e = error(client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH), 500, "internal_error")
     assert "secret internals" not in e["message"]
+
+
+def test_a_replicas_errors_keep_their_meaning_across_ray(client, stages):
+    """Ray wraps a replica's exception: the caller's mistake stays a 422, a bug stays a 500 (a bare ValueError is
+    a bug, not the caller's fault), and a dead replica is a 503 to retry."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from app.errors import UserError
+
+    def wrapped(cause: Exception) -> RayTaskError:
+        return RayTaskError("Retriever.retrieve", "Traceback (most recent call last): ...", cause)
+
+    stages.fail = {"retrieve": wrapped(UserError("sources: bad pattern"))}
+    assert error(client.post("/v1/retrieve", json={"query": "z"}, headers=AUTH), 422,
+                 "invalid_request")["message"] == "sources: bad pattern"
+    stages.fail = {"retrieve": wrapped(ValueError("a bug's message"))}
+    assert "a bug" not in error(client.post("/v1/retrieve", json={"query": "z"}, headers=AUTH), 500,
+                                "internal_error")["message"]
+    stages.fail = {"generate": RayActorError()}
+    r = client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH)
+    error(r, 503, "unavailable")
+    assert r.headers["retry-after"] == "1"
 
 
 def test_timeout_is_504_and_stops_the_stream(client, stages):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.eval.beir import load_beir
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
+from app.qa.beir import load_beir
 
 
 def test_ndcg_perfect_ranking_is_one() -> None:

@@ -1,6 +1,7 @@
 import pytest
 
-from app.index.fusion import rerank_order, rrf
+from app.fusion import rrf
+from app.models.cross_encoder import rerank_order
 
 
 def test_rrf_scores_and_order():

@@ -9,6 +9,7 @@ import pytest
 from app import serving
 from app.config import GeneratorConfig, load_config
 from app.rag.engines import Sampling, ServeLLMEngine
+from app.rag.protocol import Delta, Finished
 from app.storage import Storage
 from deployments.llm import llm_config
 
@@ -144,8 +145,8 @@ def test_stream_reads_batched_sse_chunks_and_passes_sampling_through():
                                                       "total_tokens": 93})], ["data: [DONE]\n\n"]])
     engine, handle = engine_with(stream)
     pieces = asyncio.run(collect(engine, Sampling(max_new_tokens=7, temperature=0.3, top_p=0.8, stop=("\n\n",))))
-    assert pieces == [{"text": "Zebras"}, {"text": " cross"}, {"text": " in July"},
-                      {"finish_reason": "stop", "prompt_tokens": 90, "completion_tokens": 3, "model": "m"}]
+    assert pieces == [Delta("Zebras"), Delta(" cross"), Delta(" in July"),
+                      Finished(finish_reason="stop", prompt_tokens=90, completion_tokens=3, model="m")]
     [req] = handle.requests
     assert (req.max_tokens, req.temperature, req.top_p, req.stop, req.stream) == (7, 0.3, 0.8, ["\n\n"], True)
     assert req.stream_options.include_usage and stream.cancelled  # cancel() is harmless once the stream ended
@@ -154,7 +155,7 @@ def test_stream_reads_batched_sse_chunks_and_passes_sampling_through():
 def test_closing_the_stream_early_cancels_the_llm_call():
     stream = FakeStream([[chunk("a")], [chunk("b")], [chunk("c", finish="length")]])
     engine, _ = engine_with(stream)
-    assert asyncio.run(collect(engine, Sampling(8, 0.0, 1.0), limit=1)) == [{"text": "a"}]
+    assert asyncio.run(collect(engine, Sampling(8, 0.0, 1.0), limit=1)) == [Delta("a")]
     assert stream.cancelled
 
 

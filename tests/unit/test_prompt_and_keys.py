@@ -5,6 +5,7 @@ import pytest
 
 from app import apikeys
 from app.rag.prompt import build_prompt, user_turn
+from app.rag.protocol import Passage
 from app.storage import Storage
 
 
@@ -12,20 +13,24 @@ def words(messages):  # a stand-in tokenizer: one token per word
     return sum(len(m["content"].split()) for m in messages)
 
 
-PASSAGES = [{"title": f"T{i}", "text": " ".join(["w"] * 50)} for i in range(5)]
+def passage(title: str, text: str) -> Passage:
+    return Passage(chunk_id=f"{title}#0", doc_id=title, source=f"/d/{title}.md", title=title, text=text, score=0.5)
+
+
+PASSAGES = [passage(f"T{i}", " ".join(["w"] * 50)) for i in range(5)]
 
 
 def test_passages_are_numbered_and_the_question_comes_first_and_last():
     text = user_turn("why?", PASSAGES[:2])
     assert text.startswith("Question: why?")
     assert text.index("[1] T0") < text.index("[2] T1") < text.rindex("Question: why?")
-    assert "[1] plain" in user_turn("q", [{"title": "", "text": "plain"}])
+    assert "[1] plain" in user_turn("q", [passage("", "plain")])
 
 
 def test_lowest_ranked_passages_are_dropped_first_to_fit():
     p = build_prompt("why?", PASSAGES, system="s", count_tokens=words, max_context_tokens=200, max_new_tokens=60,
                      max_passages=5)
-    assert [x["title"] for x in p.passages] == ["T0", "T1"] and p.prompt_tokens <= 140
+    assert [x.title for x in p.passages] == ["T0", "T1"] and p.prompt_tokens <= 140
     assert p.messages[-1]["content"].endswith("like [1].") and "why?" in p.messages[-1]["content"]
 
 

@@ -1,0 +1,52 @@
+"""`ragline index build` and `ragline search`: index versions, and what they find."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.cli.context import Context
+from app.cli.render import out, print_hits, print_json
+from app.errors import UserError
+
+
+def index_build(
+    ctx: typer.Context,
+    dataset: Annotated[int | None, typer.Option(help="Dataset version. [default: latest]")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Build an index version (FAISS + BM25) from a dataset version."""
+    from app.index.build import build_index
+
+    c: Context = ctx.obj
+    m = build_index(c.storage, c.cfg, dataset)
+    info = {"index_version": m.version, "dataset_version": m.parent, "chunks": m.counts["chunks"],
+            "dense": m.extra["dense"]}
+    print_json(info) if as_json else out.print(f"index version {m.version} from dataset version {m.parent}: "
+                                               f"{m.counts['chunks']} chunks, dense index {m.extra['dense']}")
+
+
+def search(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="What to look for.")],
+    mode: Annotated[str | None, typer.Option(help="dense | lexical | hybrid. [default: search.mode]")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Results. [default: search.top_k]")] = None,
+    source: Annotated[list[str] | None, typer.Option(help="Only sources matching this glob (repeatable).")] = None,
+    index: Annotated[int | None, typer.Option(help="Index version. [default: latest]")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Search the latest index version and print ranked chunks with their sources."""
+    from app.index.search import Index, Searcher
+
+    c: Context = ctx.obj
+    if mode not in (None, "dense", "lexical", "hybrid"):
+        raise UserError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
+    if k is not None and not 1 <= k <= 1000:
+        raise UserError(f"-k must be between 1 and 1000, not {k}")
+    searcher = Searcher(Index.load(c.storage, index), c.cfg.search)
+    hits = searcher.search(question, mode, k, source)  # type: ignore[arg-type]
+    if as_json:
+        print_json({"index_version": searcher.index.version, "hits": [h.to_dict() for h in hits]})
+        return
+    print_hits(question, hits, searcher.index.version)

@@ -1,0 +1,70 @@
+"""`ragline ingest`: an ingest run through the IngestService (or in this process, for `ray job submit`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated, Any
+
+import typer
+
+from app.cli.context import Context, connect
+from app.cli.render import err, fail, out, print_ingest_report, print_json
+
+
+def wait_for_run(service: Any, run_id: str, quiet: bool) -> dict[str, Any]:
+    """Polls the run until it ends; shows its queue position, then its stages' progress, on stderr."""
+    import ray
+
+    last = ""
+    while True:
+        st = ray.get(service.status.remote(run_id))
+        if st["state"] in ("succeeded", "failed"):
+            return st
+        if not quiet:
+            if st["state"] == "queued":
+                line = f"queued (position {st.get('queue_position')})"
+            else:
+                p = st.get("progress") or {}
+                stages = " | ".join(f"{k} {int(v['rows_out'])}" for k, v in (p.get("stages") or {}).items())
+                line = f"running {p.get('elapsed_s', 0):.0f}s: {stages or 'starting'}"
+            if line != last:
+                err.print(f"[dim]{run_id}[/] {line}")
+                last = line
+        time.sleep(1.0)
+
+
+def ingest(
+    ctx: typer.Context,
+    paths: Annotated[list[str], typer.Argument(help="Files, directories or globs (local or s3:// / gs://).")],
+    detach: Annotated[bool, typer.Option(help="Queue the run and print its id without waiting.")] = False,
+    in_process: Annotated[bool, typer.Option(help="Run the pipeline from this process instead of the "
+                                             "IngestService (for `ray job submit` entrypoints).")] = False,
+    index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Ingest documents through the IngestService and print the run's report."""
+    import ray
+
+    from app.indexing import run_ingest
+    from app.ingest.inputs import expand
+    from app.services.ingest import get_or_start
+
+    c: Context = ctx.obj
+    local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]
+    read = c.cfg.ingest.read
+    expand(local, read.max_file_bytes, read.follow_symlinks)  # a missing path: say so before queueing
+    connect(c)
+    if in_process:
+        report = run_ingest(local, c.cfg, c.storage, build_index=index)
+    else:
+        service = get_or_start(c.storage)
+        run_id = ray.get(service.submit.remote(local, c.cfg.model_dump(), index))
+        if detach:
+            print_json({"run_id": run_id}) if as_json else out.print(f"queued ingest run {run_id}")
+            return
+        st = wait_for_run(service, run_id, quiet=as_json)
+        if st["state"] == "failed":
+            raise typer.Exit(fail(f"ingest run {run_id} failed: {st['error']}"))
+        report = st["report"]
+    print_json(report) if as_json else print_ingest_report(report)

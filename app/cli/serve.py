@@ -1,0 +1,177 @@
+"""`ragline serve`, `query` and `status`: the Serve graph, asking it, and what runs and is published."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel
+from rich.table import Table
+
+from app import envs
+from app.cli.context import Context, connect
+from app.cli.render import err, out, print_cluster, print_json
+from app.errors import UserError
+from app.remote import ClusterStatus
+
+ENDPOINT_FILE = "serve/endpoint.json"  # where `ragline serve` records the URL for `ragline query`
+
+
+def serve(
+    ctx: typer.Context,
+    serve_config: Annotated[Path | None, typer.Option(help="Serve config YAML. [default: deployments/serve_cpu.yaml]")
+                            ] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port. [default: the Serve config's]")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(help="File of API keys, one per line. [default: "
+                                                       "RAGLINE_API_KEYS(_FILE) or the key under the storage root]")
+                             ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Deploy the RAG graph (retriever → reranker → generator behind the HTTP API) on the current Ray, or on the
+    cluster whose dashboard --address names (http://HEAD:8265, as `serve deploy` does)."""
+    from app import apikeys, remote, serving
+
+    c: Context = ctx.obj
+    on_cluster = remote.is_dashboard_url(c.address)
+    if on_cluster and not c.storage_given:
+        raise UserError("serving on a cluster needs the storage root its nodes share: give --storage "
+                        "(s3://…, gs://… or an absolute path on a shared filesystem) or set RAGLINE_STORAGE")
+    keys_file = str(api_keys_file) if api_keys_file else None
+    keys, where, new_key = apikeys.load(c.storage, keys_file)
+    schema = serving.load_serve_config(serve_config, c.storage, c.config_file, c.overrides,
+                                       None if on_cluster else keys_file, remote=on_cluster)
+    if port is not None:
+        schema.http_options.port = port
+    # replicas may run on other machines: keys that are not under the shared storage root travel with the app,
+    # as digests (the dashboard shows a runtime_env)
+    if where == "RAGLINE_API_KEYS" or (on_cluster and keys_file):
+        for application in schema.applications:
+            env = (application.runtime_env or {}).get("env_vars", {})
+            application.runtime_env = {**(application.runtime_env or {}), "env_vars": {
+                **env, "RAGLINE_API_KEY_HASHES": ",".join(apikeys.digest(k) for k in keys)}}
+    if not as_json:
+        err.print(f"deploying {[a.name for a in schema.applications]} (the first start converts and loads models)")
+    if on_cluster:
+        assert c.address is not None
+        remote.deploy(c.address, schema)
+        url = serving.url_of(schema, c.address)
+    else:
+        connect(c)
+        serving.deploy(schema)
+        url = serving.url_of(schema)
+    c.storage.write_json(ENDPOINT_FILE, {"url": url})
+    if as_json:
+        return print_json({"url": url, "api_keys": where, **({"new_api_key": new_key} if new_key else {})})
+    out.print(f"Ragline is serving at [bold]{url}[/]  (OpenAI base URL: {url}/v1)")
+    if new_key:
+        out.print(f"API key (generated now, shown once; kept in {where}):\n  {new_key}")
+    else:
+        out.print(f"API keys: {where}")
+
+
+def endpoint(c: Context, url: str | None, key: str | None) -> tuple[str, str]:
+    """The endpoint to ask and its API key: as given, else the ones `ragline serve` recorded and resolves."""
+    from app import apikeys
+
+    if not url:
+        if not c.storage.exists(ENDPOINT_FILE):
+            raise UserError("no endpoint known: give --url, or run `ragline serve` with this --storage first")
+        url = str(c.storage.read_json(ENDPOINT_FILE)["url"])
+    if not key:
+        key = apikeys.load(c.storage, create=False)[0][0]
+    return url, key
+
+
+def query(
+    ctx: typer.Context,
+    question: Annotated[str, typer.Argument(help="The question.")],
+    url: Annotated[str | None, typer.Option(help="Endpoint. [default: the one `ragline serve` started]")] = None,
+    key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
+    k: Annotated[int, typer.Option("-k", help="Passages retrieved as context.")] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Ask the running endpoint; prints the answer with its numbered sources."""
+    from app import serving
+
+    c: Context = ctx.obj
+    url, key = endpoint(c, url, key)
+    body = serving.query(url, key, question, top_k=k)
+    if as_json:
+        return print_json(body)
+    out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body['answer']}\n", soft_wrap=True)
+    for cite in body["citations"]:
+        mark = "*" if cite.get("cited") else " "
+        out.print(f" {mark}[{cite['n']}] {cite['title'] or cite['doc_id']}  ({cite['source']})", soft_wrap=True,
+                  markup=False)
+    t = body["timings_ms"]
+    out.print(f"\nindex v{body['index_version']} · reranker {body['models']['reranker']} · "
+              f"{body['models']['generator']} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")
+
+
+class ModelSummary(BaseModel):
+    versions: list[int]
+    promoted: int | None
+
+
+def cluster_status(c: Context) -> ClusterStatus:
+    """Jobs and Serve applications from the dashboard's REST API: the one --address names, or a local one."""
+    from app import remote
+
+    named = remote.is_dashboard_url(c.address)
+    url = remote.dashboard_url(c.address) if named else envs.LOCAL_DASHBOARD
+    try:
+        return ClusterStatus(dashboard=url, jobs=remote.jobs(url), serve=remote.serve_applications(url))
+    except remote.Unreachable:
+        if named:
+            raise
+        return ClusterStatus(dashboard=None, note=f"no Ray dashboard at {url} (give --address http://HEAD:8265)")
+
+
+def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Ingest and training runs, the catalog's dataset, index and model versions, and the cluster's jobs and
+    Serve applications (from the dashboard --address names, or a local one)."""
+    from app.catalog import Catalog
+    from app.services.runs import ingest_runs, training_runs
+
+    c: Context = ctx.obj
+    catalog = Catalog(c.storage)
+    runs = ingest_runs(c.storage).all()
+    versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
+                       for m in catalog.versions(kind)] for kind in ("datasets", "indexes")}
+    training = [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model", "error")}
+                for r in training_runs(c.storage).all()]
+    models = {name: ModelSummary(versions=[m.version for m in catalog.model_versions(name)],
+                                 promoted=(p.version if (p := catalog.promoted(name)) else None))
+              for name in catalog.model_names()}
+    cluster = cluster_status(c)
+    if as_json:
+        print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
+            "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
+            "training_runs": training, "models": {name: m.model_dump() for name, m in models.items()},
+            "cluster": cluster.model_dump(exclude_unset=True)})
+        return
+    print_cluster(cluster)
+    out.print(f"storage: {c.storage.uri}")
+    t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
+    for r in runs:
+        rep = r.get("report") or {}
+        t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), str(rep.get("dataset_version", "-")),
+                  str(rep.get("index_version", "-")), str((rep.get("documents") or {}).get("kept", "-")))
+    out.print(t)
+    for kind, items in versions.items():
+        v = Table("version", "created", "from", "documents", "chunks", title=kind)
+        for m in items:
+            v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
+                      str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
+        out.print(v)
+    tr = Table("run", "task", "state", "started", "model", title="training runs")
+    for r in training:
+        model = r["model"] or {}
+        tr.add_row(r["name"], r["task"], r["state"], r.get("started_at") or "",
+                   f"{model['name']} v{model['version']}" if model else "-")
+    out.print(tr)
+    mt = Table("model", "versions", "promoted", title="models")
+    for name, s in models.items():
+        mt.add_row(name, ", ".join(map(str, s.versions)), str(s.promoted or "-"))
+    out.print(mt)

@@ -1,0 +1,106 @@
+"""The request path's contract: what each stage takes and returns, however it is reached (Serve handles in the
+graph, plain objects in a benchmark or a test).
+
+Plain frozen dataclasses: they pickle across DeploymentHandles cheaply and say their shape in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, str]  # a chat turn: {"role", "content"}
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A retrieved chunk as the request path carries it: [n] in an answer cites the n-th passage of its prompt.
+    `start_char`/`end_char`: the chunk's span in its source document (characters)."""
+
+    chunk_id: str
+    doc_id: str
+    source: str
+    title: str
+    text: str
+    score: float  # the retriever's
+    rank: int = 0
+    chunk_index: int = 0
+    start_char: int = 0
+    end_char: int = 0
+    rerank_score: float | None = None  # the cross-encoder's, once reranked
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    index_version: int
+    mode: str
+    embedder: str  # the model of the index being served (its manifest's), which embedded the query
+    hits: list[Passage]
+    timings_ms: dict[str, float]  # "embed", "search"
+
+
+Document = tuple[str, str]  # (title, text) of what the reranker scores; the title may be ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The reranker's answer for n documents: `order` holds indices into them, best first (at most top_n);
+    `scores[i]` is the cross-encoder's score of document `order[i]`. No model: the given order, no scores."""
+
+    reranker: str  # the model's label, or "none"
+    order: list[int]
+    scores: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    model: str
+    vectors: list[list[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the caller asked of the generator; None takes the configured default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    history: list[Message] = field(default_factory=list)
+
+
+# The generator's stream: one Fitted first (how many passages fit the prompt), Deltas, one Finished last.
+@dataclass(frozen=True, slots=True)
+class Fitted:
+    passages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str  # the name of the model (version) that answered
+
+
+Piece = Fitted | Delta | Finished
+
+
+class Backends(Protocol):
+    """The stages of the RAG graph, however they are reached. Failures are `app.errors` types."""
+
+    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved: ...
+
+    async def rerank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking: ...
+
+    def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]: ...
+
+    async def embed(self, texts: list[str]) -> Embedded: ...
+
+    async def ready(self) -> dict[str, dict[str, Any]]: ...  # per stage: {"ready": bool, …what it serves}

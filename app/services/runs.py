@@ -1,0 +1,136 @@
+"""What the long-lived services share: run records in storage, and a queue of runs worked one at a time.
+
+Every run is one JSON record under the storage root, `runs/<kind>/<id>.json` (`RunStore`: `runs/ingest/<run_id>`,
+`runs/train/<name>`), written atomically as the run moves from state to state; storage is the source of truth.
+
+A `RunQueueService` is the body of a named, detached actor (one per storage root, `start`): it queues runs and
+works them one at a time on a thread of its own, and after a restart (`max_restarts`) re-reads its records and
+re-queues the runs that were queued or in flight when it died.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import traceback
+from typing import Any, ClassVar
+
+from app.errors import NotFound
+from app.storage import Storage
+
+
+class RunStore:
+    """The records of one kind of run: `runs/<kind>/<id>.json`, the id in the record's `key` field, listed in the
+    order of the record's `order` field."""
+
+    def __init__(self, storage: Storage, kind: str, key: str, order: str, noun: str):
+        self.storage, self.kind, self.key, self.order, self.noun = storage, kind, key, order, noun
+
+    def _rel(self, run_id: str) -> str:
+        return f"runs/{self.kind}/{run_id}.json"
+
+    def exists(self, run_id: str) -> bool:
+        return self.storage.exists(self._rel(run_id))
+
+    def save(self, record: dict[str, Any]) -> None:
+        self.storage.write_json(self._rel(record[self.key]), record)
+
+    def load(self, run_id: str) -> dict[str, Any]:
+        if not self.exists(run_id):
+            raise NotFound(f"{self.noun} {run_id!r} does not exist")
+        return dict(self.storage.read_json(self._rel(run_id)))
+
+    def all(self) -> list[dict[str, Any]]:
+        names = [n for n in self.storage.listdir(f"runs/{self.kind}") if n.endswith(".json") and ".tmp-" not in n]
+        records = [dict(self.storage.read_json(f"runs/{self.kind}/{n}")) for n in names]
+        return sorted(records, key=lambda r: (r.get(self.order, ""), r[self.key]))
+
+
+def ingest_runs(storage: Storage) -> RunStore:
+    """Ingest runs (`app.services.ingest`), oldest submission first."""
+    return RunStore(storage, "ingest", key="run_id", order="submitted_at", noun="ingest run")
+
+
+def training_runs(storage: Storage) -> RunStore:
+    """Training runs (`app.services.training`, `app.train.run`), oldest start first."""
+    return RunStore(storage, "train", key="name", order="started_at", noun="training run")
+
+
+class RunQueueService:
+    """Queues runs and works them one at a time on a worker thread. A subclass names its store and its active
+    states and says how one run is worked (`_execute`)."""
+
+    label: ClassVar[str]  # the service's name in notes ("IngestService")
+    thread: ClassVar[str]  # the worker thread's name
+    active: ClassVar[tuple[str, ...]]  # states of a run that is not finished: re-queued after a restart
+
+    def __init__(self, storage_uri: str):
+        self.storage = Storage(storage_uri)
+        self.store = self._store()
+        self.queue: queue.Queue[str] = queue.Queue()
+        self.live: dict[str, Any] = {}  # run id -> what a running run reports while it runs
+        for record in self.store.all():
+            if record["state"] in self.active:
+                record.update(state="queued", note=f"re-queued after the {self.label} restarted",
+                              restarts=record.get("restarts", 0) + 1)
+                self.store.save(record)
+                self.queue.put(record[self.store.key])
+        threading.Thread(target=self._work, name=self.thread, daemon=True).start()
+
+    def _store(self) -> RunStore:
+        """Where this service's run records are (of `self.storage`)."""
+        raise NotImplementedError
+
+    def _execute(self, run_id: str) -> None:
+        """Work one run to its end, recording how it ended."""
+        raise NotImplementedError
+
+    def ping(self) -> str:
+        return self.storage.uri
+
+    def runs(self) -> list[dict[str, Any]]:
+        return self.store.all()
+
+    def _enqueue(self, record: dict[str, Any]) -> str:
+        self.store.save(record)
+        self.queue.put(record[self.store.key])
+        return str(record[self.store.key])
+
+    def _is_active(self, run_id: str) -> bool:
+        return self.store.exists(run_id) and self.store.load(run_id)["state"] in self.active
+
+    def _position(self, run_id: str) -> int | None:
+        with self.queue.mutex:
+            pending = list(self.queue.queue)
+        return pending.index(run_id) + 1 if run_id in pending else None
+
+    def _work(self) -> None:
+        while True:
+            run_id = self.queue.get()
+            try:
+                self._execute(run_id)
+            except Exception:  # the run's record says how it failed; keep serving the queue
+                traceback.print_exc()
+            finally:
+                self.live.pop(run_id, None)
+
+
+def actor_name(prefix: str, storage_uri: str) -> str:
+    """One service per storage root, so two roots on one cluster never share a queue or a catalog."""
+    return f"{prefix}-{hashlib.sha256(storage_uri.encode()).hexdigest()[:12]}"
+
+
+def start(cls: type[RunQueueService], name: str, storage: Storage, max_concurrency: int) -> Any:
+    """The service `name` on the connected cluster, started (detached, in Ragline's namespace) if absent.
+
+    max_task_retries: callers (the CLI polling status) ride through a restart instead of seeing
+    ActorUnavailableError; max_concurrency: status and runs answer while the worker thread works a run."""
+    import ray
+
+    from app.raycluster import NAMESPACE
+
+    return ray.remote(cls).options(
+        name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=max_concurrency,
+    ).remote(storage.uri)

@@ -1,0 +1,40 @@
+"""The HTTP API: thin routers per endpoint over a `RagFlow` (`app/rag/flow.py`), errors mapped in one place
+(`errors.py`), behind the key and body-size guard.
+
+`build_api` is plain FastAPI, so the same routes run in the Serve `Ingress` (the flow over DeploymentHandles),
+in-process and against fakes (unit tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI
+from ray.util.metrics import Histogram
+
+from app import apikeys
+from app.config import ApiConfig
+from app.rag.flow import RagFlow
+from deployments.api import chat, errors, health, query, retrieval
+from deployments.api.edge import Edge
+from deployments.guard import Guard
+
+LATENCY_BOUNDARIES_MS = [1.0, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
+
+
+def stage_latency() -> Callable[[str, float], None]:
+    """A `RagFlow` observer: each stage's latency into Ray's metrics (and Grafana)."""
+    latency = Histogram("ragline_stage_latency_ms", description="Latency of each stage of a request (ms).",
+                        boundaries=LATENCY_BOUNDARIES_MS, tag_keys=("stage",))
+    return lambda stage, ms: latency.observe(ms, tags={"stage": stage})
+
+
+def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, count_tokens: Callable[[str], int], *,
+              generator: str, embedder: str) -> Guard:
+    """The guarded ASGI app. `generator`, `embedder`: the served models' names (/v1/models)."""
+    app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
+    errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
+    edge = Edge(flow, api, count_tokens, generator, embedder)
+    for module in (health, retrieval, query, chat):
+        app.include_router(module.router(edge))
+    return Guard(app, keys, api.max_body_bytes)

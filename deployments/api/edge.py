@@ -1,0 +1,66 @@
+"""What every route shares: the flow it runs, the checks made at the edge before any stage sees a request, the
+request deadline, and SSE framing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from app.config import ApiConfig
+from app.errors import RaglineError, UserError
+from app.rag.flow import RagFlow
+from deployments import limits
+from deployments.api.errors import STAGE_FAILURES, body, translate
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Edge:
+    flow: RagFlow
+    api: ApiConfig
+    count_tokens: Callable[[str], int]  # the served embedder's tokens in a text (the question-length limit)
+    generator: str  # the names /v1/models lists and requests may ask for
+    embedder: str
+
+    def within_limits(self, req: BaseModel) -> None:
+        """Sizes first, before a tokenizer or a stage sees the request."""
+        if problems := limits.violations(req, self.api):
+            raise UserError("; ".join(problems))
+
+    def check_question(self, text: str, field: str, top_k: int) -> None:
+        if (n := self.count_tokens(text)) > self.api.max_question_tokens:
+            raise UserError(f"{field}: {n} tokens; the limit is {self.api.max_question_tokens}")
+        if top_k > self.api.max_top_k:
+            raise UserError(f"top_k: {top_k} is over the limit of {self.api.max_top_k}")
+
+    async def deadline(self, call: Awaitable[T]) -> T:
+        """The request's result, or TimeoutError (a 504) after `request_timeout_s`, which cancels the stages."""
+        return await asyncio.wait_for(call, self.api.request_timeout_s)
+
+    def streaming(self, events: AsyncIterator[bytes]) -> StreamingResponse:
+        return StreamingResponse(self._within_deadline(events), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def _within_deadline(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """Errors after the response started cannot change its status: they become an `error` event."""
+        try:
+            async with asyncio.timeout(self.api.request_timeout_s):
+                async for chunk in events:
+                    yield chunk
+        except (RaglineError, *STAGE_FAILURES) as e:
+            err = translate(e, self.api.request_timeout_s)
+            if not isinstance(err, RaglineError):
+                raise err from e
+            yield sse("error", body(err))
+
+
+def sse(event: str | None, data: Any) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()

@@ -1,0 +1,31 @@
+"""Liveness, readiness and the served models (OpenAI's /v1/models)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from deployments.api.edge import Edge
+
+
+def router(edge: Edge) -> APIRouter:
+    r = APIRouter()
+
+    @r.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @r.get("/readyz")
+    async def readyz() -> JSONResponse:
+        parts = await edge.flow.ready()
+        ok = all(p["ready"] for p in parts.values())
+        return JSONResponse({"ready": ok, **parts}, 200 if ok else 503)
+
+    @r.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ragline"}
+                                           for m in (edge.generator, edge.embedder)]}
+
+    return r

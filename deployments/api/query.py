@@ -1,0 +1,60 @@
+"""/v1/query: a question in, a grounded answer out, with its citations, the versions that made it and per-stage
+timings; `stream: true` sends `token` events, then `citations`, then `done` (SSE)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from app.rag.flow import Answer
+from app.rag.protocol import Generation
+from deployments.api.edge import Edge, sse
+from deployments.api.views import citations, meta
+from deployments.schemas import QueryRequest
+
+
+def router(edge: Edge) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/query", response_model=None)
+    async def query(req: QueryRequest) -> dict[str, Any] | StreamingResponse:
+        edge.within_limits(req)
+        edge.check_question(req.question, "question", req.top_k)
+        flow, timings = edge.flow, dict[str, float]()
+        generation = Generation(max_tokens=req.max_tokens, temperature=req.temperature)
+        t0 = time.perf_counter()
+
+        async def run() -> dict[str, Any]:
+            context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
+            out = await flow.answer(req.question, context, generation, timings)
+            timings["total"] = (time.perf_counter() - t0) * 1e3
+            f = out.finished
+            return {"answer": out.text.strip(), "finish_reason": f.finish_reason,
+                    "citations": citations(out.passages, out.text),
+                    "usage": {"prompt_tokens": f.prompt_tokens, "completion_tokens": f.completion_tokens},
+                    **meta(context, timings, f)}
+
+        if not req.stream:
+            return await edge.deadline(run())
+
+        async def events() -> AsyncIterator[bytes]:
+            context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
+            async for piece in flow.stream(req.question, context, generation, timings):
+                if not isinstance(piece, Answer):
+                    yield sse("token", {"text": piece.text})
+                    continue
+                timings["total"] = (time.perf_counter() - t0) * 1e3
+                f = piece.finished
+                yield sse("citations", {"citations": citations(piece.passages, piece.text),
+                                        **meta(context, timings, f)})
+                yield sse("done", {"finish_reason": f.finish_reason,
+                                   "usage": {"prompt_tokens": f.prompt_tokens,
+                                             "completion_tokens": f.completion_tokens}})
+
+        return edge.streaming(events())
+
+    return r

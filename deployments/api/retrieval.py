@@ -1,0 +1,66 @@
+"""The stages on their own: /v1/retrieve (search the served index), /v1/rerank (Cohere-style, the caller's
+documents) and /v1/embeddings (OpenAI's, the served index's embedder)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter
+
+from app.errors import UserError
+from deployments.api.edge import Edge
+from deployments.api.errors import ModelNotFound
+from deployments.schemas import EmbeddingsRequest, RerankRequest, RetrieveRequest
+
+
+def router(edge: Edge) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/v1/retrieve")
+    async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+        edge.within_limits(req)
+        edge.check_question(req.query, "query", req.top_k)
+        timings: dict[str, float] = {}
+        found = await edge.deadline(edge.flow.retrieve(req.query, req.mode, req.top_k, req.sources, timings))
+        return {"index_version": found.index_version, "mode": found.mode,
+                "hits": [{k: v for k, v in asdict(h).items() if k != "rerank_score"} for h in found.hits],
+                "timings_ms": {**found.timings_ms, "total": round(timings["retrieve"], 2)}}
+
+    @r.post("/v1/rerank")
+    async def rerank(req: RerankRequest) -> dict[str, Any]:
+        edge.within_limits(req)
+        edge.check_question(req.query, "query", 1)
+        docs = [("", t) for t in req.documents]
+        ranking = await edge.deadline(edge.flow.rank(req.query, docs, req.top_n or len(docs)))
+        scores: list[float | None] = [*ranking.scores] if ranking.scores else [None] * len(ranking.order)
+        return {"reranker": ranking.reranker,
+                "results": [{"index": i, "relevance_score": s, "document": req.documents[i]}
+                            for i, s in zip(ranking.order, scores, strict=True)]}
+
+    @r.post("/v1/embeddings")
+    async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:
+        edge.within_limits(req)
+        if req.model and req.model != edge.embedder:
+            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder!r}")
+        texts = [req.input] if isinstance(req.input, str) else req.input
+        for i, t in enumerate(texts):
+            edge.check_question(t, f"input[{i}]", 1)
+        out = await edge.deadline(edge.flow.embed(texts))
+        dim = len(out.vectors[0])
+        if req.dimensions is not None and req.dimensions != dim:
+            raise UserError(f"dimensions: the model gives {dim}-dimensional vectors")
+
+        def encode(v: list[float]) -> list[float] | str:
+            if req.encoding_format == "base64":  # little-endian float32, as OpenAI sends it
+                return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
+            return v
+
+        n_tokens = sum(edge.count_tokens(t) for t in texts)
+        return {"object": "list", "model": out.model, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+                "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
+                         for i, v in enumerate(out.vectors)]}
+
+    return r
