@@ -19,7 +19,7 @@ that dies part way leaves files nobody references and no visible version.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -55,8 +55,9 @@ class Manifest(BaseModel):
     embedder: EmbedderInfo
     counts: dict[str, int] = Field(default_factory=dict)
     files: list[FileEntry] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    # JSON as the producing run wrote it (pydantic validates `object` as anything, like Any); readers narrow it
+    config: dict[str, object] = Field(default_factory=dict)  # the IngestConfig or IndexConfig, as a dict
+    extra: dict[str, object] = Field(default_factory=dict)  # indexes: dense, include_title, build_s, dir
 
 
 class ModelManifest(BaseModel):
@@ -71,8 +72,20 @@ class ModelManifest(BaseModel):
     dir: str = Field(description="Root-relative directory of the Hugging Face files.")
     files: list[FileEntry] = Field(default_factory=list)
     metrics: dict[str, float] = Field(default_factory=dict)
-    data: dict[str, Any] = Field(default_factory=dict)
-    config: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, object] = Field(default_factory=dict)  # the training data: counts, and where it came from
+    config: dict[str, object] = Field(default_factory=dict)  # the training job's config, as a dict
+
+
+class ModelFields(TypedDict):
+    """What `Catalog.publish_model` is told of a new model version (the catalog sets the rest)."""
+
+    task: str
+    run: str
+    base_model: str
+    dir: str
+    metrics: NotRequired[dict[str, float]]
+    data: NotRequired[dict[str, object]]
+    config: NotRequired[dict[str, object]]
 
 
 def now_iso() -> str:
@@ -165,7 +178,7 @@ class Catalog:
             raise NotFound(f"model {name!r} has no version {version} (versions: {have or 'none'})")
         return ModelManifest.model_validate(self.storage.read_json(rel))
 
-    def publish_model(self, name: str, fields: dict[str, Any]) -> ModelManifest:
+    def publish_model(self, name: str, fields: ModelFields) -> ModelManifest:
         """Publish the files already written under fields["dir"] as the next version of `name`."""
         manifest = ModelManifest(name=name, **fields)
         manifest.files = [self.file_entry(f) for f in self.storage.list_files(manifest.dir)]

@@ -6,8 +6,9 @@ down as objects. Unknown keys are errors (`extra="forbid"`), so a typo never sil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -331,7 +332,7 @@ class AppConfig(_Config):
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(tree: dict[str, object], dotted: str, value: object) -> None:
     node = tree
     *parents, leaf = dotted.split(".")
     for part in parents:
@@ -342,9 +343,9 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+def parse_overrides(overrides: list[str]) -> dict[str, object]:
     """`["ingest.chunk.chunk_tokens=128", ...]` → a nested dict; values are parsed as YAML scalars."""
-    tree: dict[str, Any] = {}
+    tree: dict[str, object] = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
@@ -353,11 +354,11 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return tree
 
 
-def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+def merge(base: Mapping[str, object], top: Mapping[str, object]) -> dict[str, object]:
     out = dict(base)
     for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        if isinstance(value, dict) and isinstance(old := out.get(key), dict):
+            out[key] = merge(old, value)
         else:
             out[key] = value
     return out
@@ -371,7 +372,7 @@ def format_validation_error(err: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
+def read_yaml_mapping(path: str | Path, what: str) -> dict[str, object]:
     """The mapping at the top of a YAML file; NotFound or UserError naming the file if it is missing or not a
     mapping."""
     p = Path(path)
@@ -389,7 +390,7 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
-                inline: dict[str, Any] | None = None) -> AppConfig:
+                inline: Mapping[str, object] | None = None) -> AppConfig:
     """Read YAML (if given; or take its `inline` content), apply dotted overrides, validate. Raises UserError
     naming file and field."""
     if inline is not None:

@@ -5,18 +5,17 @@ IngestService, `ragline ingest --in-process`, Ray jobs, retrieval evaluation and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from app.catalog import Catalog
 from app.config import AppConfig
 from app.errors import NotFound
 from app.index.build import build_index as build
-from app.ingest.pipeline import IngestReport, OnStart, ingest_dataset
+from app.ingest.pipeline import IngestReport, IngestReportDict, OnStart, ingest_dataset
 from app.storage import Storage
 
 
 def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
-               build_index: bool = True, on_start: OnStart | None = None) -> dict[str, Any]:
+               build_index: bool = True, on_start: OnStart | None = None) -> IngestReportDict:
     """Ingest `paths`; returns the run report (`IngestReport.to_dict`). Publishes a dataset version when anything
     new was kept, then (`build_index`) an index version from it. Raises UserError for bad inputs and IngestError
     when too many files are unreadable."""

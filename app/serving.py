@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 from urllib.parse import urlparse
 
 import httpx
@@ -18,7 +19,11 @@ import yaml
 from app import envs
 from app.config import load_config, read_yaml_mapping
 from app.errors import Conflict, NotFound, RaglineError, TimedOut, Unavailable, UserError
+from app.rag.protocol import QueryResponse
 from app.storage import Storage
+
+if TYPE_CHECKING:
+    from ray.serve.schema import ServeInstanceDetails
 
 DEFAULT_SERVE_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "serve_cpu.yaml"
 APP_NAME = "ragline"
@@ -29,11 +34,44 @@ CANDIDATE, CANDIDATE_LLM, CANDIDATE_PREFIX = "ragline-candidate", "ragline-candi
 CANDIDATES = {CANDIDATE, CANDIDATE_LLM}
 
 
+class AppArgs(TypedDict, total=False):
+    """`args:` of Ragline's applications (GRAPH, LLM): `deployments.settings.GraphArgs` and `deployments.llm.
+    LLMArgs` validate them on the cluster."""
+
+    storage: str
+    config_file: str
+    config: dict[str, object]  # a Ragline config, inline
+    overrides: list[str]
+    api_keys_file: str
+    generator_version: int
+
+
+class DeploymentConfig(TypedDict, total=False):
+    """A deployment of a Serve application config (`ray.serve.schema.DeploymentSchema`): the keys Ragline edits."""
+
+    name: Required[str]
+    ray_actor_options: dict[str, object]
+
+
+class ApplicationConfig(TypedDict, total=False):
+    """An application of a running Serve config as `ServeApplicationSchema.model_dump(exclude_unset=True)` gives
+    it: the keys Ragline reads or edits (the others pass through as they are). `args` are AppArgs for Ragline's
+    applications, the only ones whose args are read."""
+
+    name: str
+    import_path: Required[str]
+    route_prefix: str | None
+    args: AppArgs
+    deployments: list[DeploymentConfig]
+
+
 def load_serve_config(path: str | Path | None, storage: Storage, config_file: str | None, overrides: list[str],
                       api_keys_file: str | None = None,
-                      deployment_options: dict[str, dict[str, Any]] | None = None, remote: bool = False) -> Any:
+                      deployment_options: Mapping[str, Mapping[str, object]] | None = None,
+                      remote: bool = False) -> Any:
     """The validated `ServeDeploySchema` with Ragline's application args filled in; `deployment_options`
-    ({"Generator": {"max_queued_requests": 8}, ...}) are merged over the YAML's per-deployment settings.
+    (deployment name → `DeploymentSchema` fields: {"Generator": {"max_queued_requests": 8}, ...}) are merged over
+    the YAML's per-deployment settings.
     `remote`: for another machine's cluster, so the Ragline config travels inline rather than as a local path."""
     from ray.serve.schema import ServeDeploySchema
 
@@ -68,7 +106,7 @@ def load_serve_config(path: str | Path | None, storage: Storage, config_file: st
         raise UserError(f"Serve config {p} is invalid: {e}") from e
 
 
-def _generator_engine(args: dict[str, Any]) -> str:
+def _generator_engine(args: AppArgs) -> str:
     return load_config(args.get("config_file") or envs.RAGLINE_CONFIG or None, args["overrides"],
                        inline=args.get("config")).serve.generator.engine
 
@@ -141,13 +179,14 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
                  "serve.generator.cpus=0.05"]
     # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.cpus), and its
     # ray_actor_options come from its builder (the engine's environment): a config value would replace them
-    copies = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
+    copies: list[ApplicationConfig] = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
         {**d, "ray_actor_options": {**(d.get("ray_actor_options") or {}), "num_cpus": 0.01}}
         for d in graph.get("deployments") or []]}]
     if llm is not None:
         copies.append({**llm, "name": CANDIDATE_LLM, "route_prefix": None})
     for app in copies:
-        args = {k: v for k, v in (app.get("args") or {}).items() if k != "generator_version"}
+        args = (app.get("args") or AppArgs()).copy()  # a copy: the served application's args stay as they are
+        args.pop("generator_version", None)
         app["args"] = {**args, "overrides": [*(args.get("overrides") or []), *overrides]}
     _apply(details, [a for n, a in apps.items() if n not in CANDIDATES] + copies)
     return CANDIDATE_PREFIX, [a["name"] for a in copies]
@@ -160,7 +199,7 @@ def remove_candidate() -> None:
         _apply(running[0], [a for n, a in running[1].items() if n not in CANDIDATES])
 
 
-def _running_config() -> tuple[Any, dict[str, dict[str, Any]]] | None:
+def _running_config() -> tuple[ServeInstanceDetails, dict[str, ApplicationConfig]] | None:
     """The running Serve instance's details and each application's config as it was deployed (name -> config),
     or None when an application was deployed by `serve.run` rather than from a config."""
     from ray.serve.schema import ServeInstanceDetails
@@ -170,11 +209,12 @@ def _running_config() -> tuple[Any, dict[str, dict[str, Any]]] | None:
     for name, app in details.applications.items():
         if app.deployed_app_config is None:
             return None
-        apps[name] = app.deployed_app_config.model_dump(exclude_unset=True)
+        # pydantic's dump of a ServeApplicationSchema, which ApplicationConfig describes
+        apps[name] = cast(ApplicationConfig, app.deployed_app_config.model_dump(exclude_unset=True))
     return details, apps
 
 
-def _apply(details: Any, apps: list[dict[str, Any]]) -> None:
+def _apply(details: ServeInstanceDetails, apps: list[ApplicationConfig]) -> None:
     """Deploys `apps` as the whole Serve config: unchanged applications keep their replicas, absent ones go."""
     from ray.serve.schema import ServeDeploySchema
 
@@ -192,14 +232,15 @@ def _client() -> Any:
     return client
 
 
-def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> dict[str, Any]:
+def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> QueryResponse:
+    """/v1/query's answer (its body as the endpoint sent it)."""
     r = httpx.post(f"{url.rstrip('/')}/v1/query", json={"question": question, **params},
                    headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
     body = r.json()
     if r.status_code != 200:
         err = body.get("error", {}) if isinstance(body, dict) else {}
         raise _error_of(r.status_code)(f"{url} answered {r.status_code}: {err.get('message', body)}")
-    return dict(body)
+    return cast(QueryResponse, dict(body))  # unchecked: the body as the endpoint sent it
 
 
 def _error_of(status: int) -> type[RaglineError]:

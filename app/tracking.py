@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from app.errors import UserError
@@ -31,7 +32,7 @@ def client(uri: str) -> Any:
     return MlflowClient(uri)
 
 
-def start_run(uri: str, name: str, params: dict[str, Any], run_id: str | None,
+def start_run(uri: str, name: str, params: Mapping[str, object], run_id: str | None,
               experiment: str = EXPERIMENT) -> str:
     """The run of an earlier attempt (`run_id`), or a new one in `experiment` with `params` logged."""
     c = client(uri)
@@ -46,7 +47,8 @@ def start_run(uri: str, name: str, params: dict[str, Any], run_id: str | None,
     return str(run_id)
 
 
-def log_metrics(uri: str, run_id: str, metrics: dict[str, Any], step: int) -> None:
+def log_metrics(uri: str, run_id: str, metrics: Mapping[str, object], step: int) -> None:
+    """The numeric entries of `metrics` (others, such as a report's strings, are left out)."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
@@ -62,8 +64,9 @@ def finish(uri: str, run_id: str, tags: dict[str, str], status: str = "FINISHED"
     c.set_terminated(run_id, status=status)
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(tree: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    """Nested params as MLflow's dotted keys: {"a": {"b": 1}} → {"a.b": 1}."""
+    out: dict[str, object] = {}
     for k, v in tree.items():
         if isinstance(v, dict):
             out.update(_flat(v, f"{prefix}{k}."))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import NotRequired
 
 from ray import serve
 from ray.util.metrics import Counter
@@ -23,12 +23,18 @@ from app.models import generator as generator_model
 from app.models import trained
 from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
 from app.rag.prompt import rag_prompt
-from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece
+from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
 READY_TIMEOUT_S = 2.0  # inside the ingress's 3 s for the whole part
+
+
+class GeneratorReady(StageReady):
+    generator: str  # the model (version) answering
+    engine: str
+    llm: NotRequired[str]  # vllm: the model the LLM application serves, or why it is not ready
 
 
 @serve.deployment(name="Generator")
@@ -82,8 +88,8 @@ class Generator:
                 self.tokens.inc(piece.completion_tokens, tags={"model": engine.model})
             yield piece
 
-    async def ready(self) -> dict[str, Any]:
-        out = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
+    async def ready(self) -> GeneratorReady:
+        out: GeneratorReady = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
         if isinstance(self.engine, ServeLLMEngine):
             try:
                 out["llm"] = await asyncio.wait_for(self.engine.served(), READY_TIMEOUT_S)

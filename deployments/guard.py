@@ -6,18 +6,11 @@ Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client-disconnect 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from ray.util.metrics import Counter
+from starlette.types import ASGIApp, Message, Receive, Scope, Send  # ASGI's, as the app behind the guard takes them
 
 from app import apikeys
-
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]  # Starlette's own types are MutableMapping-based
 
 OPEN_PATHS = frozenset({"/healthz"})
 

@@ -16,13 +16,19 @@ from app import apikeys
 from app.config import ApiConfig
 from app.models import embedder
 from app.rag.flow import RagFlow
-from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ranking, Retrieved
+from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ranking, Retrieved, StageReady
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
 from deployments.guard import Guard
 
 log = logging.getLogger("ray.serve")
 READY_TIMEOUT_S = 3.0  # under the 5 s an HTTP client or a Kubernetes probe usually allows the whole /readyz
+
+
+class Unanswered(StageReady):
+    """A stage that did not answer the probe in time (in place of its own readiness)."""
+
+    error: str
 
 
 class HandleBackends:
@@ -46,14 +52,14 @@ class HandleBackends:
     async def embed(self, texts: list[str]) -> Embedded:
         return await self.retriever.embed.remote(texts)
 
-    async def ready(self) -> dict[str, dict[str, Any]]:
-        async def part(handle: DeploymentHandle) -> dict[str, Any]:
+    async def ready(self) -> dict[str, StageReady]:
+        async def part(handle: DeploymentHandle) -> StageReady:
             # A probe answers within READY_TIMEOUT_S: a replica that is restarting (or a handle still finding its
             # new controller) reports itself not ready instead of holding the probe.
             try:
                 return await asyncio.wait_for(handle.ready.remote(), READY_TIMEOUT_S)
             except TimeoutError:
-                return {"ready": False, "error": f"no answer within {READY_TIMEOUT_S:g} s"}
+                return Unanswered(ready=False, error=f"no answer within {READY_TIMEOUT_S:g} s")
 
         parts = await asyncio.gather(part(self.retriever), part(self.reranker), part(self.generator))
         return dict(zip(("retriever", "reranker", "generator"), parts, strict=True))

@@ -19,12 +19,16 @@ from ray import serve
 
 from app.config import RerankerConfig
 from app.models import cross_encoder, trained
-from app.rag.protocol import Document, Ranking
+from app.rag.protocol import Document, Ranking, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
 
 NONE = "none"
 log = logging.getLogger("ray.serve")
+
+
+class RerankerReady(StageReady):
+    reranker: str  # the model's label, or "none"
 
 
 @serve.deployment(name="Reranker")
@@ -75,7 +79,7 @@ class Reranker:
         order = cross_encoder.rerank_order(scores, weight, self.cfg.rrf_k)[:top_n]
         return Ranking(label, order, [scores[i] for i in order])
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self) -> RerankerReady:
         return {"ready": True, "reranker": self.current[1]}
 
     def __del__(self) -> None:

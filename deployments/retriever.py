@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from ray import serve
@@ -21,11 +21,22 @@ from app.config import RetrieverConfig, SearchConfig
 from app.errors import Conflict, NotReady
 from app.index.search import Index, Mode
 from app.models import embedder
-from app.rag.protocol import Embedded, Passage, Retrieved
+from app.rag.protocol import Embedded, Passage, Retrieved, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
 log = logging.getLogger("ray.serve")
+
+
+class RetrieverReady(StageReady, total=False):
+    reason: str  # not ready: why
+    index_version: int  # ready: the index version served, the dataset version it was built from, …
+    dataset_version: int | None
+    embedder: str
+    chunks: int
 
 
 @serve.deployment(name="Retriever")
@@ -34,7 +45,7 @@ class Retriever:
         self.cfg, self.rcfg = search, cfg
         self.storage = Storage(storage)
         self.index: Index | None = None
-        self.models: dict[str, Any] = {}  # embedder revision → loaded SentenceTransformer
+        self.models: dict[str, SentenceTransformer] = {}  # embedder revision → its loaded model
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
         self._embed.set_max_batch_size(self.rcfg.max_batch_size)  # type: ignore[attr-defined]
         self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
@@ -102,7 +113,7 @@ class Retriever:
         tok = self.models[index.manifest.embedder.revision].tokenizer
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self) -> RetrieverReady:
         if self.index is None:
             return {"ready": False, "reason": "no index version is published yet"}
         m = self.index.manifest

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from app import envs
@@ -19,7 +17,8 @@ class GraphArgs(BaseModel):
     storage: str | None = Field(default=None, description="Storage root. None: RAGLINE_STORAGE or ./.ragline.")
     config_file: str | None = Field(default=None, description="A Ragline YAML config (the `serve:` section "
                                     "configures the graph).")
-    config: dict[str, Any] | None = Field(default=None, description="A Ragline config given inline instead of "
+    # free-form here (AppConfig validates it in `load`); `object`: pydantic takes it as it took `Any`
+    config: dict[str, object] | None = Field(default=None, description="A Ragline config given inline instead of "
                                           "config_file (`ragline serve --address` sends it: the cluster may not "
                                           "have the file).")
     overrides: list[str] = Field(default=[], description="Dotted KEY=VALUE overrides, e.g. "

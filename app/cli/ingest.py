@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from app.cli.context import Context, connect
 from app.cli.render import err, fail, out, print_ingest_report, print_json
 
+if TYPE_CHECKING:
+    from app.services.runs import IngestRunStatus
 
-def wait_for_run(service: Any, run_id: str, quiet: bool) -> dict[str, Any]:
+
+def wait_for_run(service: Any, run_id: str, quiet: bool) -> IngestRunStatus:
     """Polls the run until it ends; shows its queue position, then its stages' progress, on stderr."""
     import ray
 

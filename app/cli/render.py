@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -13,7 +14,9 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from app.index.search import Hit
+    from app.ingest.pipeline import IngestReportDict
     from app.remote import ClusterStatus
+    from app.train.run import TrainRunRecord
 
 out = Console(file=sys.stdout)  # bound now: connecting to Ray later points sys.stdout at stderr
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line, whatever the terminal width
@@ -29,7 +32,7 @@ def print_json(obj: Any) -> None:
     out.print_json(json.dumps(obj, default=str))
 
 
-def print_ingest_report(report: dict[str, Any]) -> None:
+def print_ingest_report(report: IngestReportDict) -> None:
     d = report["documents"]
     t = Table(title=f"ingest run {report['run_id']}", show_header=False)
     t.add_row("input files", f"{report['inputs']['files']} ({report['inputs']['unreadable_files']} unreadable, "
@@ -86,8 +89,8 @@ def print_cluster(cluster: ClusterStatus) -> None:
     out.print(a)
 
 
-def print_training(r: dict[str, Any]) -> None:
-    m = r.get("metrics") or {}
+def print_training(r: TrainRunRecord) -> None:
+    m: Mapping[str, object] = r.get("metrics") or {}
     t = Table(title=f"training run {r['name']} ({r['task']})", show_header=False)
     t.add_row("state", r["state"])
     t.add_row("data", ", ".join(f"{k} {v}" for k, v in (r.get("counts") or {}).items()))

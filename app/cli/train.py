@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +13,9 @@ from rich.table import Table
 from app.cli.context import Context, connect
 from app.cli.render import err, fail, out, print_json, print_training
 from app.errors import NotFound
+
+if TYPE_CHECKING:
+    from app.train.run import TrainRunRecord
 
 JobConfigOpt = Annotated[Path | None, typer.Option("--config", help="Job config YAML (see deployments/jobs/). "
                                                    "[default: the task's defaults]")]
@@ -48,15 +51,15 @@ def _train(ctx: typer.Context, task: str, config: Path | None, overrides: list[s
     print_training(record)
 
 
-def wait_for_training(service: Any, name: str, quiet: bool) -> dict[str, Any]:
+def wait_for_training(service: Any, name: str, quiet: bool) -> TrainRunRecord:
     """Polls the run until it ends; shows its state (and its size, once known) on stderr."""
     import ray
 
     last = ""
     while True:
-        st = ray.get(service.status.remote(name))
+        st: TrainRunRecord = ray.get(service.status.remote(name))  # TrainingService.status
         if st["state"] in ("succeeded", "failed", "stopped"):
-            return dict(st)
+            return st.copy()
         line = st["state"]
         if st.get("counts"):
             line += f" ({st['total_steps']} steps over {st['counts'].get('kept')} examples)"

@@ -13,10 +13,11 @@ import datetime as dt
 import math
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import httpx
 import numpy as np
@@ -81,16 +82,38 @@ class Scored:
     error: str
 
 
+class Answer(TypedDict):
+    """The endpoint's answer to one question, as `AskEndpoint` asks it (a failed request: empty, with `error`)."""
+
+    answer: str
+    chunk_ids: list[str]  # of the passages the prompt held, in prompt order ([n] cites the n-th)
+    doc_ids: list[str]  # of the same passages
+    completion_tokens: int
+    latency_s: float  # seconds, the whole request
+    model: str  # the generator's model version ("" when the request failed)
+    index_version: int  # 0 when the request failed
+    error: str  # "" when it answered
+
+
+class AnswerRow(Answer):
+    """An `Answer` as a row of `AskEndpoint`'s output, with its question's id. Ray Data may hand rows back with NumPy
+    values (arrays for the lists, NumPy scalars for the numbers): `score` reads them by len, index, `in`, int() and
+    float() only."""
+
+    qid: str
+
+
 class AskEndpoint:
     """map_batches callable: rows {qid, question} → the endpoint's answer, the passages its prompt held, tokens,
     latency and error ("" when it answered), one request per row, the batch's requests in flight together."""
 
-    def __init__(self, endpoint: Endpoint, params: dict[str, Any], in_flight: int):
+    def __init__(self, endpoint: Endpoint, params: Mapping[str, int], in_flight: int):
+        """`params`: the rest of each /v1/query body (top_k, and max_tokens if given)."""
         self.endpoint, self.params = endpoint, params
         self.client = httpx.Client(timeout=endpoint.timeout_s, headers={"Authorization": f"Bearer {endpoint.key}"})
         self.pool = ThreadPoolExecutor(in_flight)
 
-    def ask(self, question: str) -> dict[str, Any]:
+    def ask(self, question: str) -> Answer:
         t0 = time.perf_counter()
         try:
             r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
@@ -107,13 +130,13 @@ class AskEndpoint:
                 "model": body["models"]["generator"], "index_version": int(body["index_version"]), "error": ""}
 
     @staticmethod
-    def failed(latency: float, error: str) -> dict[str, Any]:
+    def failed(latency: float, error: str) -> Answer:
         return {"answer": "", "chunk_ids": [], "doc_ids": [], "completion_tokens": 0, "latency_s": latency,
                 "model": "", "index_version": 0, "error": error}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
-        answers = list(self.pool.map(self.ask, [str(q) for q in batch["question"]]))
-        return {"qid": list(batch["qid"]), **{k: [a[k] for a in answers] for k in answers[0]}}
+        answers: Sequence[Mapping[str, object]] = list(self.pool.map(self.ask, [str(q) for q in batch["question"]]))
+        return {"qid": list(batch["qid"]), **{k: [a[k] for a in answers] for k in answers[0]}}  # one column a key
 
 
 def served_index(endpoint: Endpoint, probe: str) -> int:
@@ -137,7 +160,7 @@ def check_documents(questions: list[Question], doc_ids: set[str], version: int) 
                         "`ragline ingest corpus.jsonl`)")
 
 
-def score(questions: list[Question], rows: list[dict[str, Any]], chunk_text: dict[str, str],
+def score(questions: list[Question], rows: list[AnswerRow], chunk_text: dict[str, str],
           idk: str) -> list[Scored]:
     """One Scored per question; `rows` are AskEndpoint's outputs in any order, `chunk_text` the index's chunks."""
     by_qid = {r["qid"]: r for r in rows}
@@ -203,10 +226,11 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
     started, t0 = now_iso(), time.perf_counter()
     per_actor = min(PER_ACTOR, concurrency)
     actors = math.ceil(concurrency / per_actor)
-    rows = (ray.data.from_items([{"qid": q.qid, "question": q.question} for q in questions])
-            .map_batches(AskEndpoint, fn_constructor_args=(endpoint, params, per_actor), batch_size=per_actor,
-                         concurrency=actors, num_cpus=0.05)  # waits on HTTP: no CPU of the graph's
-            .take_all())
+    rows = cast(list[AnswerRow], (
+        ray.data.from_items([{"qid": q.qid, "question": q.question} for q in questions])
+        .map_batches(AskEndpoint, fn_constructor_args=(endpoint, params, per_actor), batch_size=per_actor,
+                     concurrency=actors, num_cpus=0.05)  # waits on HTTP: no CPU of the graph's
+        .take_all()))
     wall = time.perf_counter() - t0
     if all(r["error"] for r in rows):
         raise Unavailable(f"every request failed; the first: {rows[0]['error']}")

@@ -4,7 +4,7 @@ then mean nDCG@k and recall@k per search mode, with chunk hits collapsed to docu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from tqdm import tqdm
 
@@ -21,10 +21,26 @@ if TYPE_CHECKING:
 MODES = ("dense", "lexical", "hybrid")
 
 
+class RetrievalEval(TypedDict):
+    """`evaluate_retrieval`'s result (`ragline eval retrieval --json` prints it)."""
+
+    dataset: str  # the dataset directory's name
+    split: str
+    queries: int  # judged queries evaluated
+    index_version: int
+    ingest_note: str | None  # the corpus ingest's note (IngestReport.note)
+    # mode (or "<mode>+rerank", "<mode>+ce") → {"ndcg@<k>": mean, "recall@<k>": mean}, rounded to 4 places;
+    # the reranked ones have nDCG only
+    modes: dict[str, dict[str, float]]
+    reranker: NotRequired[str]  # with a reranker: its name
+    rerank_top: NotRequired[int]  # chunks reranked per query
+    retriever_weight: NotRequired[float]  # weight of the retriever's order in "+rerank"
+
+
 def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: AppConfig,
                        modes: tuple[str, ...] | list[str] = MODES, k_ndcg: int = 10,
                        k_recall: int = 100, progress: bool = True, reranker: str | None = None,
-                       rerank_top: int = 50) -> dict[str, Any]:
+                       rerank_top: int = 50) -> RetrievalEval:
     """Mean nDCG@k_ndcg and recall@k_recall per mode over the split's judged queries.
 
     The corpus goes into `{storage_root}/eval/{dataset name}`, never the user's own storage root. Each mode
@@ -73,7 +89,7 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
                     order = cross_encoder.rerank_order([scores[h.chunk_id] for h in hits], weight, rr.rrf_k)
                     reranked[f"{mode}+{name}"].append(ndcg_at_k(collapse_to_docs([hits[i].doc_id for i in order]),
                                                                 qrels[qid], k_ndcg))
-    return {
+    result: RetrievalEval = {
         "dataset": dataset_dir.name,
         "split": split,
         "queries": len(qids),
@@ -82,9 +98,12 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
         "modes": {m: {f"ndcg@{k_ndcg}": round(mean(v["ndcg"]), 4),
                       f"recall@{k_recall}": round(mean(v["recall"]), 4)} for m, v in per_mode.items()}
         | {m: {f"ndcg@{k_ndcg}": round(mean(v), 4)} for m, v in reranked.items()},
-        **({"reranker": scorer.name, "rerank_top": rerank_top, "retriever_weight": rr.retriever_weight}
-           if scorer else {}),
     }
+    if scorer:
+        result["reranker"] = scorer.name
+        result["rerank_top"] = rerank_top
+        result["retriever_weight"] = rr.retriever_weight
+    return result
 
 
 class Reranking:

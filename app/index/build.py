@@ -67,7 +67,8 @@ def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = 
     vectors = np.asarray(table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False),
                          dtype=np.float32).reshape(n, -1)
     index, dense_params = dense_index(vectors, cfg.index)
-    include_title = bool(dataset.config.get("embed", {}).get("include_title", True))
+    embed = dataset.config.get("embed", {})  # the dataset's IngestConfig.embed, as a dict
+    include_title = bool(embed.get("include_title", True)) if isinstance(embed, dict) else True
     texts = [embed_text(t, x, include_title) for t, x in
              zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)]
     bm25 = bm25s.BM25(k1=cfg.index.bm25_k1, b=cfg.index.bm25_b)

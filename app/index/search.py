@@ -9,9 +9,9 @@ import hashlib
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import faiss
 import numpy as np
@@ -24,6 +24,21 @@ from app.fusion import rrf
 from app.storage import Storage
 
 Mode = Literal["dense", "lexical", "hybrid"]
+
+
+class HitDict(TypedDict):
+    """A `Hit` as `ragline search --json` prints it and `app.train.rag_qa` reads it (`Hit.to_dict`)."""
+
+    rank: int
+    score: float
+    chunk_id: str
+    doc_id: str
+    chunk_index: int
+    source: str
+    title: str
+    text: str
+    start_char: int
+    end_char: int
 
 
 @dataclass
@@ -39,8 +54,11 @@ class Hit:
     start_char: int
     end_char: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> HitDict:
+        # what dataclasses.asdict gave, field by field (every field is a scalar, so nothing is shared)
+        return {"rank": self.rank, "score": self.score, "chunk_id": self.chunk_id, "doc_id": self.doc_id,
+                "chunk_index": self.chunk_index, "source": self.source, "title": self.title, "text": self.text,
+                "start_char": self.start_char, "end_char": self.end_char}
 
 
 @functools.lru_cache(maxsize=256)
@@ -65,10 +83,12 @@ class Index:
             rows_of.setdefault(c["source"], []).append(i)
         # a source filter matches each distinct source once (a file has many chunks), not every chunk
         self.rows_of_source = {s: np.array(r, dtype=np.int64) for s, r in rows_of.items()}
-        self.stopwords = manifest.config.get("stopwords", "en")
-        dense_params = manifest.extra.get("dense", {})
-        self.ef_search = dense_params.get("ef_search")
-        self.nprobe = dense_params.get("nprobe")
+        self.stopwords = manifest.config.get("stopwords", "en")  # IndexConfig.stopwords: a bm25s list name or None
+        dense = manifest.extra.get("dense")  # app.index.build.DenseParams, as a dict
+        dense_params = dense if isinstance(dense, dict) else {}
+        # untyped JSON, passed on to FAISS as it is: an int for the index type that uses it, else absent (None)
+        self.ef_search: Any = dense_params.get("ef_search")  # hnsw indexes
+        self.nprobe: Any = dense_params.get("nprobe")  # ivf indexes
         assert self.dense.ntotal == len(self.chunks), "index files disagree on the number of chunks"
 
     @classmethod
@@ -78,7 +98,7 @@ class Index:
         manifest = catalog.resolve("indexes", version)
         if verify and (bad := catalog.verify(manifest)):
             raise Conflict(f"index version {manifest.version} is damaged: {'; '.join(bad)}")
-        rel = manifest.extra["dir"]
+        rel = str(manifest.extra["dir"])  # root-relative directory of the index files
         if storage.is_local:
             return cls(manifest, storage.local_path(rel))
         key = hashlib.sha256(f"{storage.uri}/{rel}".encode()).hexdigest()[:16]

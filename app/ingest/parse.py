@@ -11,9 +11,10 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from app.config import ReadConfig
 from app.ingest.normalize import decode
@@ -52,14 +53,15 @@ def file_format(path: str) -> str | None:
     return FORMATS.get(PurePosixPath(path).suffix.lower())
 
 
-def _first(record: dict[str, Any], names: list[str]) -> Any:
+def _first(record: Mapping[str, object], names: list[str]) -> object:
     for n in names:
         if record.get(n) not in (None, ""):
             return record[n]
     return None
 
 
-def _record_doc(record: dict[str, Any], source: str, where: str, cfg: ReadConfig) -> Doc:
+def _record_doc(record: Mapping[str, object], source: str, where: str, cfg: ReadConfig) -> Doc:
+    """`record`: one jsonl object or parquet row, whatever its fields hold (JSON or Arrow values)."""
     text = _first(record, cfg.text_fields)
     if text is None:
         raise ValueError(f"no text field (tried {', '.join(cfg.text_fields)})")

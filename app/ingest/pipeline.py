@@ -10,7 +10,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,6 +58,53 @@ class StageReport(BaseModel):
     rows_by_node: dict[str, int]  # Ray node id -> rows it took in there
 
 
+class InputCountsDict(TypedDict):
+    """`InputCounts` as stored (`IngestReportDict.inputs`)."""
+
+    files: int
+    unreadable_files: int
+    skipped_files: list[str]
+    refused_files: list[dict[str, str]]
+
+
+class DocumentCountsDict(TypedDict):
+    """`DocumentCounts` as stored."""
+
+    read: int
+    kept: int
+    dropped: dict[str, int]
+
+
+class StageReportDict(TypedDict):
+    """`StageReport` as stored: busy and wall seconds, rows by Ray node id."""
+
+    rows_in: int
+    rows_out: int
+    busy_s: float
+    wall_s: float
+    rows_by_node: dict[str, int]
+
+
+class IngestReportDict(TypedDict):
+    """`IngestReport.to_dict()`: the report as the run record stores it and `ragline ingest --json` prints it.
+    The three optional fields are there only once set (`exclude_unset`)."""
+
+    run_id: str
+    inputs: InputCountsDict
+    documents: DocumentCountsDict
+    reconciled: bool
+    chunks: int
+    embeddings: int
+    decode_replacements: dict[str, int]
+    quarantined: list[dict[str, str]]
+    near_duplicates: list[dict[str, str]]
+    stages: dict[str, StageReportDict]
+    wall_s: float
+    dataset_version: NotRequired[int | None]
+    note: NotRequired[str | None]
+    index_version: NotRequired[int | None]
+
+
 class IngestReport(BaseModel):
     """One run's report: counts that reconcile (documents read = kept + dropped), per-stage rows and times, and the
     versions it published."""
@@ -82,9 +129,10 @@ class IngestReport(BaseModel):
         """Whether the run published a dataset version (it does when it added any chunk)."""
         return self.chunks > 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IngestReportDict:
         """As the run record stores it and `ragline ingest --json` prints it: fields never set left out."""
-        return self.model_dump(exclude_unset=True)
+        # model_dump's result is typed as a plain dict; its shape is this model's, which IngestReportDict spells out
+        return cast(IngestReportDict, self.model_dump(exclude_unset=True))
 
 
 def new_run_id() -> str:
@@ -110,10 +158,17 @@ def _udf(fn: Callable[..., pa.Table]) -> Any:
     return fn
 
 
+class LightStageArgs(TypedDict):
+    """map_batches arguments every cheap (CPU, pyarrow-batch) stage shares."""
+
+    num_cpus: float  # CPUs reserved per task (a fraction: several run beside the embedding actors)
+    batch_format: Literal["pyarrow"]
+
+
 def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any) -> ray.data.Dataset:
     """The lazy Ray Data pipeline; nothing runs until it is written."""
     ic = cfg.ingest
-    light: dict[str, Any] = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
+    light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
     model_path = embedder.resolve(ic.embed.model)
     revision = embedder.revision(ic.embed.model)
     threads = max(1, round(ic.embed.num_cpus))

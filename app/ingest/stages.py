@@ -51,6 +51,31 @@ class StageCounts(TypedDict):
     last: NotRequired[float]
 
 
+class NearDedupRow(TypedDict):
+    """What near_dedup sends the ledger of each document: its row key, identity, MinHash signature (`num_perm`
+    uint64 values) and length in characters."""
+
+    key: str
+    doc_id: str
+    source: str
+    title: str
+    content_hash: str
+    minhash: list[int]
+    n_chars: int
+
+
+class KeptDocument(TypedDict):
+    """A kept document's row in the dataset version's documents file (`app.dataset.DOCUMENTS_FILE_SCHEMA`)."""
+
+    doc_id: str
+    source: str
+    title: str
+    content_hash: str
+    minhash: list[int]
+    n_chars: int
+    run_id: str
+
+
 class Snapshot(TypedDict):
     """The ledger's counts so far (what `ragline ingest` shows as progress, and the run report is made from)."""
 
@@ -64,7 +89,7 @@ class Snapshot(TypedDict):
     elapsed_s: float
     stage_nodes: dict[str, dict[str, int]]  # stage -> Ray node id -> rows it took in there
     drops: NotRequired[list[dict[str, str]]]  # full snapshots only: {reason, source, doc_id, duplicate_of, detail}
-    kept_documents: NotRequired[list[dict[str, Any]]]  # full snapshots only: rows of the documents file
+    kept_documents: NotRequired[list[KeptDocument]]  # full snapshots only: rows of the documents file
 
 
 def batch_key(row_keys: list[str]) -> str:
@@ -76,7 +101,8 @@ class RunLedger:
     """Owned by the run's driver: dies with it, so a killed run leaves nothing behind but unreferenced files.
     Every method is idempotent under the keys it is given (see the module docstring)."""
 
-    def __init__(self, run_id: str, cfg: dict[str, Any], storage_uri: str, documents_files: list[str]):
+    def __init__(self, run_id: str, cfg: Mapping[str, object], storage_uri: str, documents_files: list[str]):
+        """`cfg`: the run's IngestConfig as a dict (`model_dump`), as it crosses to the actor."""
         self.run_id = run_id
         self.cfg = IngestConfig.model_validate(cfg)
         self.index = DedupIndex(threshold=self.cfg.dedup.near_threshold, num_perm=self.cfg.dedup.num_perm)
@@ -94,7 +120,7 @@ class RunLedger:
         self.quarantined: dict[str, dict[str, str]] = {}  # source -> {source, reason, error, path}
         self.exact: dict[str, bool] = {}  # row key -> kept by exact dedup
         self.near: dict[str, bool] = {}  # row key -> kept by near dedup
-        self.kept: dict[str, dict[str, Any]] = {}  # row key -> the document's row in the documents file
+        self.kept: dict[str, KeptDocument] = {}  # row key -> the document's row in the documents file
         self.stages: dict[str, StageCounts] = {}
         self.stage_nodes: dict[str, dict[str, int]] = {}  # stage -> Ray node id -> rows it took in there
         self.stage_batches: set[tuple[str, str]] = set()
@@ -148,7 +174,7 @@ class RunLedger:
             self.exact[key] = hit is None
         return [self.exact[k] for k in keys]
 
-    def check_near(self, rows: list[dict[str, Any]]) -> list[bool]:
+    def check_near(self, rows: list[NearDedupRow]) -> list[bool]:
         for row in rows:
             key = row["key"]
             if key in self.near:
@@ -156,7 +182,9 @@ class RunLedger:
             sig = np.asarray(row["minhash"], dtype=np.uint64)
             dup = self.index.check_near(row["doc_id"], sig) if self.cfg.dedup.near else None
             if dup is None:
-                self.kept[key] = {**{k: v for k, v in row.items() if k != "key"}, "run_id": self.run_id}
+                self.kept[key] = {"doc_id": row["doc_id"], "source": row["source"], "title": row["title"],
+                                  "content_hash": row["content_hash"], "minhash": row["minhash"],
+                                  "n_chars": row["n_chars"], "run_id": self.run_id}
             else:
                 self.drops["near_duplicate", key] = {"reason": "near_duplicate", "source": row["source"],
                                                      "doc_id": row["doc_id"], "duplicate_of": dup, "detail": ""}
@@ -204,9 +232,10 @@ def _table(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def parse_files(batch: pa.Table, *, ledger: Any, cfg: dict[str, Any], storage_uri: str, run_id: str,
+def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], storage_uri: str, run_id: str,
                 uri_prefix: str) -> pa.Table:
-    """read_binary_files rows (bytes, path) → document rows. Unreadable files are copied to quarantine/."""
+    """read_binary_files rows (bytes, path) → document rows. Unreadable files are copied to quarantine/. `cfg`: the
+    run's IngestConfig as a dict (`model_dump`)."""
     t0 = time.perf_counter()
     read_cfg = IngestConfig.model_validate(cfg).read
     docs: list[Doc] = []

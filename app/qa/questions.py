@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from app.errors import NotFound, UserError
 
@@ -29,11 +29,35 @@ class Question:
     article: str = ""  # SQuAD article title; "" for JSONL sets
 
 
+class SquadAnswer(TypedDict):
+    text: str
+    answer_start: int  # character offset in the paragraph's context
+
+
+class SquadQA(TypedDict):
+    id: str
+    question: str
+    answers: NotRequired[list[SquadAnswer]]
+
+
+class SquadParagraph(TypedDict):
+    context: str
+    qas: NotRequired[list[SquadQA]]
+
+
+class SquadArticle(TypedDict):
+    """An entry of a SQuAD v1.1 file's `data` list: an article and its paragraphs."""
+
+    title: str
+    paragraphs: list[SquadParagraph]
+
+
 def is_squad(path: Path) -> bool:
     return path.suffix.lower() == ".json"
 
 
-def _read_squad(path: Path) -> list[dict[str, Any]]:
+def _read_squad(path: Path) -> list[SquadArticle]:
+    """The file's articles; their title and paragraphs are checked here, the rest where it is read."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

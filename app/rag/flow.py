@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.rag.protocol import (
     Backends,
@@ -21,6 +21,7 @@ from app.rag.protocol import (
     Passage,
     Ranking,
     Retrieved,
+    StageReady,
 )
 
 T = TypeVar("T")
@@ -80,7 +81,7 @@ class RagFlow:
     async def embed(self, texts: list[str]) -> Embedded:
         return await self.stage("embed", {}, self.backends.embed(texts))
 
-    async def ready(self) -> dict[str, dict[str, Any]]:
+    async def ready(self) -> dict[str, StageReady]:
         return await self.backends.ready()
 
     async def context(self, question: str, top_k: int, mode: str | None, sources: list[str] | None,

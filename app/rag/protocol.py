@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 Message = dict[str, str]  # a chat turn: {"role", "content"}
 
@@ -92,6 +92,13 @@ class Finished:
 Piece = Fitted | Delta | Finished
 
 
+class StageReady(TypedDict):
+    """A stage's readiness, one per stage in /readyz: `ready`, and what the stage serves (or why it is not ready).
+    Each deployment extends it with its own keys (`deployments/retriever.py`, …)."""
+
+    ready: bool
+
+
 class Backends(Protocol):
     """The stages of the RAG graph, however they are reached. Failures are `app.errors` types."""
 
@@ -103,4 +110,44 @@ class Backends(Protocol):
 
     async def embed(self, texts: list[str]) -> Embedded: ...
 
-    async def ready(self) -> dict[str, dict[str, Any]]: ...  # per stage: {"ready": bool, …what it serves}
+    async def ready(self) -> dict[str, StageReady]: ...  # per stage ("retriever", "reranker", "generator")
+
+
+# What /v1/query answers: deployments/api/views.py builds it and app.serving.query (the client) returns it, so it is
+# described here, below both.
+class Citation(TypedDict):
+    n: int  # [n] in the answer
+    chunk_id: str
+    doc_id: str
+    source: str
+    title: str
+    snippet: str
+    score: float  # the reranker's, else the retriever's
+    cited: bool  # whether the answer refers to it
+
+
+class Models(TypedDict):
+    generator: str
+    embedder: str
+    reranker: str
+
+
+class Meta(TypedDict):
+    index_version: int
+    mode: str
+    models: Models
+    timings_ms: dict[str, float]
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class QueryResponse(Meta):
+    """/v1/query (not streamed): the answer, then its metadata's keys."""
+
+    answer: str
+    finish_reason: str
+    citations: list[Citation]
+    usage: Usage

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import traceback
-from typing import Any
+from typing import Any, TypedDict
 
 import ray
 
@@ -19,7 +19,15 @@ from app.config import AppConfig
 from app.indexing import run_ingest
 from app.ingest.inputs import expand
 from app.ingest.pipeline import new_run_id
-from app.services.runs import RunQueueService, RunStore, actor_name, ingest_runs, start
+from app.services.runs import (
+    IngestRunRecord,
+    IngestRunStatus,
+    RunQueueService,
+    RunStore,
+    actor_name,
+    ingest_run_store,
+    start,
+)
 from app.storage import Storage
 
 ACTIVE = ("queued", "running")
@@ -30,7 +38,39 @@ def service_name(storage_uri: str) -> str:
     return actor_name("ingest", storage_uri)
 
 
-class IngestService(RunQueueService):
+class IngestRunSummary(TypedDict):
+    """One run in `IngestService.runs`: None where the record has no such field (yet)."""
+
+    run_id: str | None
+    state: str | None
+    paths: list[str] | None
+    submitted_at: str | None
+    finished_at: str | None
+    error: str | None
+    dataset_version: int | None
+    index_version: int | None
+
+
+class VersionSummary(TypedDict):
+    """A dataset or index version in `IngestService.versions`."""
+
+    version: int
+    created_at: str
+    parent: int | None
+    run_id: str | None
+    counts: dict[str, int]
+
+
+def _summary(r: IngestRunRecord) -> IngestRunSummary:
+    report = r.get("report")
+    return {"run_id": r.get("run_id"), "state": r.get("state"), "paths": r.get("paths"),
+            "submitted_at": r.get("submitted_at"), "finished_at": r.get("finished_at"), "error": r.get("error"),
+            "dataset_version": report.get("dataset_version") if report else None,
+            "index_version": report.get("index_version") if report else None}
+
+
+# live: each running run's RunLedger actor handle (Any: Ray types an ActorHandle's methods as Never)
+class IngestService(RunQueueService[IngestRunRecord, Any]):
     """`live` holds each running run's RunLedger (its per-stage progress)."""
 
     label = "IngestService"
@@ -41,19 +81,19 @@ class IngestService(RunQueueService):
         super().__init__(storage_uri)
         self.catalog = Catalog(self.storage)
 
-    def _store(self) -> RunStore:
-        return ingest_runs(self.storage)
+    def _store(self) -> RunStore[IngestRunRecord]:
+        return ingest_run_store(self.storage)
 
-    def submit(self, paths: list[str], config: dict[str, Any], build_index: bool = True) -> str:
+    def submit(self, paths: list[str], config: dict[str, object], build_index: bool = True) -> str:
         """Validate and queue a run; returns its id. Bad config or missing inputs raise a UserError here, before
-        anything is queued."""
+        anything is queued. `config`: an AppConfig as a dict (`model_dump`)."""
         read = AppConfig.model_validate(config).ingest.read
         expand(paths, read.max_file_bytes, read.follow_symlinks)
         return self._enqueue({"run_id": new_run_id(), "state": "queued", "paths": paths, "config": config,
                               "build_index": build_index, "submitted_at": now_iso()})
 
-    def status(self, run_id: str) -> dict[str, Any]:
-        record = self.store.load(run_id)
+    def status(self, run_id: str) -> IngestRunStatus:
+        record: IngestRunStatus = {**self.store.load(run_id)}
         record.pop("config", None)
         ledger = self.live.get(run_id)
         if ledger is not None and record["state"] == "running":
@@ -61,28 +101,27 @@ class IngestService(RunQueueService):
         record["queue_position"] = self._position(run_id)
         return record
 
-    def runs(self) -> list[dict[str, Any]]:
-        return [{k: r.get(k) for k in ("run_id", "state", "paths", "submitted_at", "finished_at", "error")}
-                | {"dataset_version": (r.get("report") or {}).get("dataset_version"),
-                   "index_version": (r.get("report") or {}).get("index_version")}
-                for r in self.store.all()]
+    def runs(self) -> list[IngestRunSummary]:  # type: ignore[override]  # summaries, not whole records
+        return [_summary(r) for r in self.store.all()]
 
-    def versions(self) -> dict[str, list[dict[str, Any]]]:
-        return {kind: [m.model_dump(include={"version", "created_at", "parent", "counts", "run_id"})
-                       for m in self.catalog.versions(kind)] for kind in ("datasets", "indexes")}
+    def versions(self) -> dict[str, list[VersionSummary]]:
+        return {kind: [{"version": m.version, "created_at": m.created_at, "parent": m.parent, "run_id": m.run_id,
+                        "counts": dict(m.counts)} for m in self.catalog.versions(kind)]
+                for kind in ("datasets", "indexes")}
 
     def _execute(self, run_id: str) -> None:
         record = self.store.load(run_id)
-        record.update(state="running", started_at=now_iso())
+        record.update({"state": "running", "started_at": now_iso()})
         self.store.save(record)
         try:
             cfg = AppConfig.model_validate(record["config"])
             report = run_ingest(record["paths"], cfg, self.storage, run_id=run_id,
                                 build_index=record.get("build_index", True),
                                 on_start=functools.partial(self.live.__setitem__, run_id))
-            record.update(state="succeeded", report=report)
+            record.update({"state": "succeeded", "report": report})
         except Exception as e:  # a failed run is recorded with its reason; the service keeps serving
-            record.update(state="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+            record.update({"state": "failed", "error": f"{type(e).__name__}: {e}",
+                           "traceback": traceback.format_exc()})
         finally:
             self.live.pop(run_id, None)
             record["finished_at"] = now_iso()

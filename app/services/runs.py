@@ -14,13 +14,52 @@ import hashlib
 import queue
 import threading
 import traceback
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Required, TypedDict, TypeVar, cast
 
 from app.errors import NotFound
 from app.storage import Storage
 
+if TYPE_CHECKING:  # the pipeline imports Ray Data: not for a CLI that only lists runs
+    from app.ingest.pipeline import IngestReportDict
+    from app.ingest.stages import Snapshot
 
-class RunStore:
+
+class RunRecord(TypedDict, total=False):
+    """What the run queue itself reads and writes in every run record; each kind of run adds its own fields."""
+
+    state: Required[str]  # a service's `active` states, then how the run ended
+    note: str  # why the run was re-queued
+    restarts: int  # how many times the service restarted while the run was queued or in flight
+
+
+class IngestRunRecord(RunRecord, total=False):
+    """`runs/ingest/<run_id>.json` (`app.services.ingest`): the run as submitted, then how it went."""
+
+    run_id: Required[str]
+    paths: list[str]  # as submitted (local paths absolute)
+    config: dict[str, object]  # the AppConfig (`model_dump`), validated again when the run starts
+    build_index: bool
+    submitted_at: str  # ISO 8601, UTC (`app.catalog.now_iso`), as are the other times
+    started_at: str
+    finished_at: str
+    report: IngestReportDict  # succeeded runs
+    error: str  # failed runs: "<exception type>: <message>"
+    traceback: str  # failed runs
+
+
+class IngestRunStatus(IngestRunRecord, total=False):
+    """`IngestService.status`: the record without its config, with live progress and the place in the queue."""
+
+    progress: Snapshot  # while running: the run ledger's counts so far
+    queue_position: int | None  # 1 = next; None when not queued
+
+
+R = TypeVar("R", bound=RunRecord)  # the record of one kind of run
+L = TypeVar("L")  # what a running run reports while it runs (`RunQueueService.live`)
+
+
+class RunStore(Generic[R]):
     """The records of one kind of run: `runs/<kind>/<id>.json`, the id in the record's `key` field, listed in the
     order of the record's `order` field."""
 
@@ -33,33 +72,52 @@ class RunStore:
     def exists(self, run_id: str) -> bool:
         return self.storage.exists(self._rel(run_id))
 
-    def save(self, record: dict[str, Any]) -> None:
-        self.storage.write_json(self._rel(record[self.key]), record)
+    def id_of(self, record: R) -> str:
+        fields: Mapping[str, object] = record  # the key is named at run time
+        return str(fields[self.key])
 
-    def load(self, run_id: str) -> dict[str, Any]:
+    def _order_of(self, record: R) -> str:
+        fields: Mapping[str, object] = record
+        return str(fields.get(self.order, ""))  # an ISO 8601 time; "" before the run has one
+
+    def save(self, record: R) -> None:
+        self.storage.write_json(self._rel(self.id_of(record)), record)
+
+    def _read(self, rel: str) -> R:
+        # storage holds only what `save` wrote: a record of this kind
+        return cast(R, dict(self.storage.read_json(rel)))
+
+    def load(self, run_id: str) -> R:
         if not self.exists(run_id):
             raise NotFound(f"{self.noun} {run_id!r} does not exist")
-        return dict(self.storage.read_json(self._rel(run_id)))
+        return self._read(self._rel(run_id))
 
-    def all(self) -> list[dict[str, Any]]:
+    def all(self) -> list[R]:
         names = [n for n in self.storage.listdir(f"runs/{self.kind}") if n.endswith(".json") and ".tmp-" not in n]
-        records = [dict(self.storage.read_json(f"runs/{self.kind}/{n}")) for n in names]
-        return sorted(records, key=lambda r: (r.get(self.order, ""), r[self.key]))
+        records = [self._read(f"runs/{self.kind}/{n}") for n in names]
+        return sorted(records, key=lambda r: (self._order_of(r), self.id_of(r)))
 
 
-def ingest_runs(storage: Storage) -> RunStore:
+def ingest_run_store(storage: Storage) -> RunStore[IngestRunRecord]:
     """Ingest runs (`app.services.ingest`), oldest submission first."""
     return RunStore(storage, "ingest", key="run_id", order="submitted_at", noun="ingest run")
 
 
-def training_runs(storage: Storage) -> RunStore:
-    """Training runs (`app.services.training`, `app.train.run`), oldest start first."""
+def ingest_runs(storage: Storage) -> RunStore[Any]:
+    """`ingest_run_store`, its records untyped for `ragline status` (app/cli/serve.py), which reads them alongside
+    training records under one loop variable."""
+    return ingest_run_store(storage)
+
+
+def training_runs(storage: Storage) -> RunStore[Any]:
+    """Training runs (`app.services.training`, `app.train.run`), oldest start first. Their record's type is
+    `app.train.run`'s to name (Any until it does)."""
     return RunStore(storage, "train", key="name", order="started_at", noun="training run")
 
 
-class RunQueueService:
+class RunQueueService(Generic[R, L]):
     """Queues runs and works them one at a time on a worker thread. A subclass names its store and its active
-    states and says how one run is worked (`_execute`)."""
+    states and says how one run is worked (`_execute`); R is its run record, L what a running run reports."""
 
     label: ClassVar[str]  # the service's name in notes ("IngestService")
     thread: ClassVar[str]  # the worker thread's name
@@ -69,16 +127,18 @@ class RunQueueService:
         self.storage = Storage(storage_uri)
         self.store = self._store()
         self.queue: queue.Queue[str] = queue.Queue()
-        self.live: dict[str, Any] = {}  # run id -> what a running run reports while it runs
+        self.live: dict[str, L] = {}  # run id -> what a running run reports while it runs
         for record in self.store.all():
             if record["state"] in self.active:
-                record.update(state="queued", note=f"re-queued after the {self.label} restarted",
-                              restarts=record.get("restarts", 0) + 1)
+                base: RunRecord = record  # the fields every kind of run has
+                base["state"] = "queued"
+                base["note"] = f"re-queued after the {self.label} restarted"
+                base["restarts"] = base.get("restarts", 0) + 1
                 self.store.save(record)
-                self.queue.put(record[self.store.key])
+                self.queue.put(self.store.id_of(record))
         threading.Thread(target=self._work, name=self.thread, daemon=True).start()
 
-    def _store(self) -> RunStore:
+    def _store(self) -> RunStore[R]:
         """Where this service's run records are (of `self.storage`)."""
         raise NotImplementedError
 
@@ -89,13 +149,13 @@ class RunQueueService:
     def ping(self) -> str:
         return self.storage.uri
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[R]:
         return self.store.all()
 
-    def _enqueue(self, record: dict[str, Any]) -> str:
+    def _enqueue(self, record: R) -> str:
         self.store.save(record)
-        self.queue.put(record[self.store.key])
-        return str(record[self.store.key])
+        self.queue.put(self.store.id_of(record))
+        return self.store.id_of(record)
 
     def _is_active(self, run_id: str) -> bool:
         return self.store.exists(run_id) and self.store.load(run_id)["state"] in self.active
@@ -121,7 +181,7 @@ def actor_name(prefix: str, storage_uri: str) -> str:
     return f"{prefix}-{hashlib.sha256(storage_uri.encode()).hexdigest()[:12]}"
 
 
-def start(cls: type[RunQueueService], name: str, storage: Storage, max_concurrency: int) -> Any:
+def start(cls: type[RunQueueService[Any, Any]], name: str, storage: Storage, max_concurrency: int) -> Any:
     """The service `name` on the connected cluster, started (detached, in Ragline's namespace) if absent.
 
     max_task_retries: callers (the CLI polling status) ride through a restart instead of seeing

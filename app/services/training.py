@@ -17,7 +17,7 @@ from app.errors import Conflict
 from app.services.runs import RunQueueService, RunStore, actor_name, start, training_runs
 from app.storage import Storage
 from app.train.config import TrainJobConfig, parse_job_config
-from app.train.run import run_name, run_training, validate
+from app.train.run import TrainRunRecord, run_name, run_training, validate
 
 ACTIVE = ("queued", "preparing", "running")
 
@@ -26,7 +26,7 @@ def service_name(storage_uri: str) -> str:
     return actor_name("training", storage_uri)
 
 
-class TrainingService(RunQueueService):
+class TrainingService(RunQueueService[TrainRunRecord, TrainRunRecord]):
     """`live` holds each running run's latest record (steps, metrics), ahead of the one in storage."""
 
     label = "TrainingService"
@@ -37,10 +37,10 @@ class TrainingService(RunQueueService):
         super().__init__(storage_uri)
         self.model_paths: dict[str, str] = {}  # what submit validated, by run name (a re-queued run validates again)
 
-    def _store(self) -> RunStore:
+    def _store(self) -> RunStore[TrainRunRecord]:
         return training_runs(self.storage)
 
-    def submit(self, config: dict[str, Any]) -> str:
+    def submit(self, config: dict[str, object]) -> str:
         """Validate and queue a run; returns its name. A bad config or a missing model raises a UserError here."""
         cfg = parse_job_config(config, "the submitted job")
         model_path = validate(cfg)
@@ -52,8 +52,9 @@ class TrainingService(RunQueueService):
         return self._enqueue({"name": name, "task": cfg.task, "state": "queued", "submitted_at": now_iso(),
                               "config": cfg.model_dump(), "storage": self.storage.uri})
 
-    def status(self, name: str) -> dict[str, Any]:
-        return {**self.store.load(name), **self.live.get(name, {})}
+    def status(self, name: str) -> TrainRunRecord:
+        live = self.live.get(name)
+        return {**self.store.load(name), **live} if live is not None else self.store.load(name)
 
     def _execute(self, name: str) -> None:
         # run_training records how the run ended in its record (a failure is raised, and printed, as well)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import pyarrow as pa
 import ray
@@ -22,7 +22,7 @@ import ray.data
 from app.errors import UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
-from app.train.reranker_data import MineNegatives, PairTokenize, self_pairs
+from app.train.reranker_data import MineNegatives, PairTokenize, QueryRow, self_pairs
 from app.train.sft_data import SFTTokenize, pack
 
 SHOW_BAD = 5  # bad records named in the error
@@ -179,7 +179,7 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
     return Prepared(ds, ds.count(), counts, int(pad), source)
 
 
-def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[dict[str, Any]], Storage]:
+def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[QueryRow], Storage]:
     """(query rows, the storage root holding the BEIR corpus's index); the corpus is ingested there once."""
     from app.config import AppConfig
     from app.indexing import ensure_index
@@ -193,7 +193,7 @@ def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[dict[str, A
     eval_storage = Storage(f"{storage.uri.rstrip('/')}/eval/{directory.name}")
     if not eval_storage.exists("indexes"):
         ensure_index(directory, eval_storage, AppConfig())
-    rows = [{"qid": q, "query": queries[q], "positives": sorted(qrels[q])} for q in sorted(queries)]
+    rows: list[QueryRow] = [{"qid": q, "query": queries[q], "positives": sorted(qrels[q])} for q in sorted(queries)]
     return rows, eval_storage
 
 

@@ -38,6 +38,26 @@ SHUFFLE_BUFFER = 256  # rows per worker mixed by the seeded local shuffle
 REPORT_EVERY_S = 2.0
 
 
+class MlflowRun(TypedDict):
+    """The MLflow run a training run logs to (the run record's `mlflow`)."""
+
+    uri: str  # tracking URI
+    run_id: str
+
+
+class LoopConfig(TypedDict):
+    """`train_loop`'s config: what the driver (`app.train.run`) tells every worker."""
+
+    job: dict[str, object]  # the TrainJobConfig (`model_dump`)
+    model_path: str  # local directory or hub id (`app.train.task.resolve_model`)
+    pad_id: int
+    total_steps: int  # optimizer steps of the whole run
+    storage: str  # the storage root's URI
+    run_dir: str  # root-relative: train/<run name>
+    export_dir: str  # root-relative: where rank 0 uploads the exported model
+    mlflow: MlflowRun
+
+
 class RngState(TypedDict):
     """One rank's random generators, as `rng-rank<k>.pt` holds them."""
 
@@ -63,7 +83,7 @@ def _set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def train_loop(config: dict[str, Any]) -> None:
+def train_loop(config: LoopConfig) -> None:
     cfg = TrainJobConfig.model_validate(config["job"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -40,6 +40,26 @@ class Window:
         self.seconds += seconds
 
 
+class StepMetrics(TypedDict, total=False):
+    """`StepReport.metrics()`: its fields that are set, with the same meanings and units."""
+
+    step: Required[int]
+    epoch: Required[int]
+    loss: Required[float]
+    lr: Required[float]
+    tokens_per_s: Required[float]
+    samples_per_s: Required[float]
+    tokens_per_s_per_worker: Required[list[float]]
+    samples_per_s_per_worker: Required[list[float]]
+    tokens: Required[int]
+    peak_memory_mb: Required[float]  # MiB
+    compute_s: Required[float]
+    mfu: float
+    attempt_start_step: Required[int]
+    worker_nodes: list[str]  # always reported; the driver moves it out of the run record's `metrics`
+    checkpoint_save_s: float
+
+
 @dataclass
 class StepReport:
     """One optimizer step, all workers combined: what Ray Train and MLflow get (`metrics()`), and the last one is
@@ -61,9 +81,10 @@ class StepReport:
     worker_nodes: list[str] = field(default_factory=list)  # the Ray node each rank runs on
     checkpoint_save_s: float | None = None  # set on a step that saved a checkpoint
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> StepMetrics:
         """As Ray Train's `report` takes it: the fields that are set."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # StepMetrics names the fields of this class; the ones left out are those that are None
+        return cast(StepMetrics, {k: v for k, v in asdict(self).items() if v is not None})
 
 
 def non_embedding_params(model: torch.nn.Module) -> int:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from app.rag.prompt import rag_prompt
 from app.rag.protocol import Passage
 from app.storage import Storage
 from app.train.config import RagQAConfig
+
+if TYPE_CHECKING:
+    from app.train.reranker_data import IndexChunk
 
 
 def drops_gold(qid: str, fraction: float) -> bool:
@@ -58,7 +61,8 @@ class RagQAExamples:
     """map_batches callable: question rows (the fields of `Question`) → {record: {"messages": [...]} as JSON,
     source}; the index and the tokenizer load once per actor."""
 
-    def __init__(self, storage_uri: str, cfg: dict[str, Any], model_dir: str):
+    def __init__(self, storage_uri: str, cfg: Mapping[str, object], model_dir: str):
+        """`cfg`: a RagQAConfig (`model_dump`)."""
         from transformers import AutoTokenizer
 
         from app.index.search import Index, Searcher
@@ -70,7 +74,7 @@ class RagQAExamples:
         self.search: SearchConfig = self.cfg.search
         self.searcher = Searcher(Index.load(Storage(storage_uri), self.cfg.index_version), self.search)
         self.tokens = ChatTemplateTokens(AutoTokenizer.from_pretrained(model_dir))
-        self.chunks_of: dict[str, list[dict[str, Any]]] = {}
+        self.chunks_of: dict[str, list[IndexChunk]] = {}  # doc id → its chunks
         for c in self.searcher.index.chunks:
             self.chunks_of.setdefault(c["doc_id"], []).append(c)
 
@@ -80,8 +84,9 @@ class RagQAExamples:
         if not chunks:
             return None
         c = next((c for c in chunks if contains_answer(c["text"], q.answers)), chunks[0])
-        return Passage(rank=0, score=0.0, **{k: c[k] for k in ("chunk_id", "doc_id", "chunk_index", "source", "title",
-                                                                "text", "start_char", "end_char")})
+        return Passage(rank=0, score=0.0, chunk_id=c["chunk_id"], doc_id=c["doc_id"], chunk_index=c["chunk_index"],
+                       source=c["source"], title=c["title"], text=c["text"], start_char=c["start_char"],
+                       end_char=c["end_char"])
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         questions = [Question(str(qid), str(q), tuple(str(a) for a in answers), str(doc), str(article))

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -23,12 +24,37 @@ from app.models.cross_encoder import passage_text
 from app.storage import Storage
 from app.train.config import RerankerDataConfig
 
+if TYPE_CHECKING:
+    from app.train.sft_data import Batch
 
-def self_pairs(chunks: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+
+class IndexChunk(TypedDict):
+    """A row of an index's chunk table (`Index.chunks`), the fields training reads."""
+
+    chunk_id: str
+    doc_id: str
+    chunk_index: int  # position of the chunk in its document, from 0
+    source: str
+    title: str
+    text: str
+    start_char: int  # the chunk's span in its document (characters)
+    end_char: int
+
+
+class QueryRow(TypedDict):
+    """A query and its relevant documents, as a Ray Data row: the `MineNegatives` input."""
+
+    qid: str
+    query: str
+    positives: list[str]  # doc ids
+    positive_texts: NotRequired[list[str]]  # self pairs: the passage itself (the query cut from it)
+
+
+def self_pairs(chunks: Sequence[IndexChunk], n: int, seed: int) -> list[QueryRow]:
     """Up to `n` (pseudo-query, chunk) pairs from an index's chunk table, for a corpus without labels."""
     rng = random.Random(seed)
     picked = rng.sample(range(len(chunks)), min(n, len(chunks)))
-    out = []
+    out: list[QueryRow] = []
     for row in picked:
         c = chunks[row]
         title = (c.get("title") or "").strip()
@@ -49,7 +75,8 @@ class MineNegatives:
     """map_batches callable: {qid, query, positives, positive_texts?} → one group row per positive:
     {qid, texts: [positive, negative × n]}. Loads the index version once per actor."""
 
-    def __init__(self, storage_uri: str, index_version: int | None, cfg: dict[str, Any], seed: int):
+    def __init__(self, storage_uri: str, index_version: int | None, cfg: Mapping[str, object], seed: int):
+        """`cfg`: a RerankerDataConfig (`model_dump`)."""
         from app.index.search import Index, Searcher
 
         self.cfg = RerankerDataConfig.model_validate(cfg)
@@ -116,7 +143,7 @@ class PairTokenize:
         return out
 
 
-def collate_groups(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, Any]:
+def collate_groups(batch: dict[str, np.ndarray], pad_id: int) -> Batch:
     """(B groups × G pairs) → input_ids, token_type_ids, attention_mask of shape (B·G, T), padded to the longest."""
     import torch
 

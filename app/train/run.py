@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 
 from app import tracking
 from app.catalog import Catalog, now_iso
@@ -23,10 +23,49 @@ from app.errors import NotFound, UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Ray Data and torch: not for a CLI that only lists runs
     from app.train.data import DataCounts, DataSource
+    from app.train.loop import LoopConfig, MlflowRun
+    from app.train.metrics import StepMetrics
 
 RUN_RECORDS = "runs/train"
+
+
+class ModelRef(TypedDict):
+    """The model version a run registered in the catalog."""
+
+    name: str
+    version: int
+
+
+class TrainRunRecord(TypedDict, total=False):
+    """`runs/train/<name>.json`: the run as submitted, then how it went. `TrainingService.status` and the CLI
+    hand it on as it is (`live` holds the one a running run last reported, ahead of storage).
+
+    `state`, `note` and `restarts` are `app.services.runs.RunRecord`'s (the run queue writes them), repeated here
+    because app.train sits below app.services; the two must agree for TrainingService to type-check."""
+
+    state: Required[str]  # queued → preparing → running → succeeded | failed | stopped
+    note: str  # why the run was re-queued
+    restarts: int  # how many times the TrainingService restarted while the run was queued or in flight
+    name: Required[str]
+    task: Required[str]  # "sft" | "reranker"
+    config: Required[dict[str, object]]  # the TrainJobConfig (`model_dump`), validated again when the run starts
+    storage: Required[str]  # the storage root's URI
+    submitted_at: str  # ISO 8601, UTC (`app.catalog.now_iso`), as are the other times; queued runs only
+    started_at: str
+    finished_at: str
+    counts: DataCounts  # from `running` on: the training records, reconciled
+    data: DataSource  # from `running` on: what the data was, for the model's lineage
+    total_steps: int  # optimizer steps the run will make
+    prepare_s: float  # seconds preparing the data (one decimal)
+    mlflow: MlflowRun
+    metrics: StepMetrics  # succeeded runs: rank 0's last report, less `worker_nodes`
+    worker_nodes: list[str] | None  # succeeded runs: the Ray node id of each rank (of the last attempt)
+    train_s: float  # succeeded runs: seconds in `TorchTrainer.fit` (one decimal)
+    checkpoint: str | None  # succeeded runs: the last checkpoint's directory
+    model: ModelRef  # succeeded runs
+    error: str  # failed or stopped runs: "<exception type>: <message>"
 
 
 def run_name(cfg: TrainJobConfig) -> str:
@@ -49,19 +88,20 @@ def validate(cfg: TrainJobConfig) -> str:
     return resolve_model(cfg)
 
 
-def save_record(storage: Storage, record: dict[str, Any]) -> None:
+def save_record(storage: Storage, record: TrainRunRecord) -> None:
     storage.write_json(f"{RUN_RECORDS}/{record['name']}.json", record)
 
 
-def load_records(storage: Storage) -> list[dict[str, Any]]:
+def load_records(storage: Storage) -> list[TrainRunRecord]:
     names = [n for n in storage.listdir(RUN_RECORDS) if n.endswith(".json") and ".tmp-" not in n]
-    return sorted((dict(storage.read_json(f"{RUN_RECORDS}/{n}")) for n in names),
+    # storage holds only what `save_record` wrote
+    return sorted((cast(TrainRunRecord, dict(storage.read_json(f"{RUN_RECORDS}/{n}"))) for n in names),
                   key=lambda r: (r.get("started_at", ""), r["name"]))
 
 
 def run_training(cfg: TrainJobConfig, storage: Storage,
-                 on_update: Callable[[dict[str, Any]], None] | None = None, *,
-                 model_path: str | None = None) -> dict[str, Any]:
+                 on_update: Callable[[TrainRunRecord], None] | None = None, *,
+                 model_path: str | None = None) -> TrainRunRecord:
     """Run (or resume, when a run of this name stopped before) one job to the end; returns its record with the
     registered model version. Needs a connected Ray. Raises UserError for bad config or data, before any
     training worker starts. `model_path`: what `validate(cfg)` returned, where the caller validated already in
@@ -69,7 +109,7 @@ def run_training(cfg: TrainJobConfig, storage: Storage,
     name = run_name(cfg)
     if model_path is None:
         model_path = validate(cfg)
-    record: dict[str, Any] = {"name": name, "task": cfg.task, "state": "preparing", "started_at": now_iso(),
+    record: TrainRunRecord = {"name": name, "task": cfg.task, "state": "preparing", "started_at": now_iso(),
                               "config": cfg.model_dump(), "storage": storage.uri}
     update = on_update or (lambda r: None)
     save_record(storage, record)
@@ -77,14 +117,14 @@ def run_training(cfg: TrainJobConfig, storage: Storage,
     try:
         return _run(cfg, storage, name, model_path, record, update)
     except BaseException as e:  # recorded for `ragline train status`, then raised to the caller
-        record.update(state="failed" if not isinstance(e, KeyboardInterrupt) else "stopped", finished_at=now_iso(),
-                      error=f"{type(e).__name__}: {e}")
+        record.update({"state": "failed" if not isinstance(e, KeyboardInterrupt) else "stopped",
+                       "finished_at": now_iso(), "error": f"{type(e).__name__}: {e}"})
         save_record(storage, record)
         raise
 
 
-def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, record: dict[str, Any],
-         update: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, record: TrainRunRecord,
+         update: Callable[[TrainRunRecord], None]) -> TrainRunRecord:
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -99,8 +139,8 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
         raise UserError(f"{prepared.rows} training rows make no optimizer step with {cfg.num_workers} workers × "
                         f"batch_size {cfg.batch_size} × grad_accum {cfg.grad_accum}")
     total_steps = min(cfg.max_steps or 1 << 62, steps_per_epoch * cfg.epochs)
-    record.update(state="running", counts=prepared.counts, data=prepared.source, total_steps=total_steps,
-                  prepare_s=round(time.perf_counter() - t0, 1))
+    record.update({"state": "running", "counts": prepared.counts, "data": prepared.source, "total_steps": total_steps,
+                   "prepare_s": round(time.perf_counter() - t0, 1)})
     save_record(storage, record)
     update(record)
 
@@ -112,11 +152,13 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
 
     train_root = storage.uri.rstrip("/") + "/train" if "://" in storage.uri else str(storage.local_path("train"))
     export_dir = f"train/{name}/export"
+    loop_config: LoopConfig = {"job": cfg.model_dump(), "model_path": model_path, "pad_id": prepared.pad_id,
+                               "total_steps": total_steps, "storage": storage.uri, "run_dir": f"train/{name}",
+                               "export_dir": export_dir, "mlflow": record["mlflow"]}
     trainer = TorchTrainer(
-        train_loop,
-        train_loop_config={"job": cfg.model_dump(), "model_path": model_path, "pad_id": prepared.pad_id,
-                           "total_steps": total_steps, "storage": storage.uri, "run_dir": f"train/{name}",
-                           "export_dir": export_dir, "mlflow": record["mlflow"]},
+        # Ray types the loop's config as a plain dict: it passes on `train_loop_config`, a LoopConfig, as it is
+        cast("Callable[[dict[Any, Any]], None]", train_loop),
+        train_loop_config=cast("dict[Any, Any]", loop_config),
         scaling_config=ray.train.ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                                resources_per_worker={"CPU": cfg.cpus_per_worker},
                                                placement_strategy=cfg.placement_strategy),
@@ -131,20 +173,21 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
     t1 = time.perf_counter()
     result = trainer.fit()
     train_s = time.perf_counter() - t1
-    metrics = dict(result.metrics or {})
+    # rank 0's last `StepReport.metrics()` (Ray Train keeps the last report)
+    metrics = cast("StepMetrics", dict(result.metrics or {}))
     worker_nodes = metrics.pop("worker_nodes", None)  # Ray node id of each rank (of the last attempt)
     version = register(storage, cfg, name, export_dir, metrics, prepared.counts, prepared.source)
     tracking.finish(uri, mlflow_id, {"ragline.model": cfg.catalog_name, "ragline.model_version": str(version)})
-    record.update(state="succeeded", finished_at=now_iso(), metrics=metrics, worker_nodes=worker_nodes,
-                  train_s=round(train_s, 1),
-                  checkpoint=result.checkpoint.path if result.checkpoint else None,
-                  model={"name": cfg.catalog_name, "version": version})
+    record.update({"state": "succeeded", "finished_at": now_iso(), "metrics": metrics, "worker_nodes": worker_nodes,
+                   "train_s": round(train_s, 1),
+                   "checkpoint": result.checkpoint.path if result.checkpoint else None,
+                   "model": {"name": cfg.catalog_name, "version": version}})
     save_record(storage, record)
     update(record)
     return record
 
 
-def register(storage: Storage, cfg: TrainJobConfig, run: str, export_dir: str, metrics: dict[str, Any],
+def register(storage: Storage, cfg: TrainJobConfig, run: str, export_dir: str, metrics: Mapping[str, object],
              counts: DataCounts, source: DataSource) -> int:
     """Copy the export into its own directory under models/<name>/ and publish a model version for it."""
     import uuid

@@ -9,7 +9,8 @@ character offsets of the assistant contents in the rendered text, so no template
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -23,6 +24,17 @@ IGNORE = -100  # label of tokens that carry no loss (prompt, template, padding)
 ROLES = ("system", "user", "assistant")
 
 
+class Batch(TypedDict):
+    """A collated micro-batch (`collate_lm`, `app.train.reranker_data.collate_groups`): int64 tensors of shape
+    (rows, T), padded to the longest row (a reranker row is one (query, passage) pair of a group)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor  # 1 on real tokens
+    labels: NotRequired[torch.Tensor]  # sft: the next-token targets, IGNORE where no loss
+    token_type_ids: NotRequired[torch.Tensor]  # reranker: 0 on the query, 1 on the passage
+    group_size: NotRequired[int]  # reranker: pairs per group (the positive first, then its negatives)
+
+
 class BadRecord(UserError):
     """A training record that makes no example; `reason` is its drop reason in the counts (missing_field, empty,
     bad_template, too_long)."""
@@ -32,7 +44,7 @@ class BadRecord(UserError):
         self.reason = reason
 
 
-def to_messages(record: dict[str, Any], cfg: SFTDataConfig) -> list[dict[str, str]]:
+def to_messages(record: Mapping[str, object], cfg: SFTDataConfig) -> list[dict[str, str]]:
     """The record as chat messages; BadRecord(reason, what is wrong) if it fits neither shape."""
     if cfg.messages_field in record and record[cfg.messages_field] is not None:
         messages = record[cfg.messages_field]
@@ -49,12 +61,15 @@ def to_messages(record: dict[str, Any], cfg: SFTDataConfig) -> list[dict[str, st
         if any(m["role"] == "assistant" and not m["content"].strip() for m in out):
             raise BadRecord("empty", "an assistant turn is empty")
         return out
+    texts = []
     for field in (cfg.prompt_field, cfg.response_field):
         if field not in record:
             raise BadRecord("missing_field", f"no '{field}' (nor '{cfg.messages_field}')")
-        if not isinstance(record[field], str):
+        text = record[field]
+        if not isinstance(text, str):
             raise BadRecord("bad_template", f"'{field}' must be a string")
-    prompt, response = record[cfg.prompt_field], record[cfg.response_field]
+        texts.append(text)
+    prompt, response = texts
     extra = record.get(cfg.input_field) if cfg.input_field else None
     if isinstance(extra, str) and extra.strip():
         prompt = f"{prompt}\n\n{extra}"
@@ -99,7 +114,7 @@ class SFTTokenize:
     invalid_json), so counts reconcile and the driver can name them; kept rows have drop "".
     """
 
-    def __init__(self, model_dir: str, cfg: dict[str, Any]):
+    def __init__(self, model_dir: str, cfg: Mapping[str, object]):  # an SFTDataConfig (`model_dump`)
         from transformers import AutoTokenizer
 
         self.cfg = SFTDataConfig.model_validate(cfg)
@@ -147,7 +162,7 @@ def pack(batch: dict[str, np.ndarray], max_length: int) -> dict[str, list[Any]]:
     return rows
 
 
-def collate_lm(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, torch.Tensor]:
+def collate_lm(batch: dict[str, np.ndarray], pad_id: int) -> Batch:
     """Right-pad a micro-batch to its longest row: input_ids, labels, attention_mask, each (B, T) int64."""
     import torch
 

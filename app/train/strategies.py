@@ -12,7 +12,7 @@ import functools
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -163,6 +163,21 @@ class FSDP(Strategy):
         return full if self.rank == 0 else None
 
 
+class Offload(TypedDict):
+    """DeepSpeed's `offload_optimizer` / `offload_param` config."""
+
+    device: str  # "cpu"
+    pin_memory: bool
+
+
+class ZeroConfig(TypedDict, total=False):
+    """DeepSpeed's `zero_optimization` config, the keys Ragline sets."""
+
+    stage: Required[int]  # ZeRO stage 1, 2 or 3
+    offload_optimizer: Offload
+    offload_param: Offload
+
+
 class DeepSpeed(Strategy):
     """DeepSpeed ZeRO 1/2/3 with optional CPU offload; the engine owns accumulation, clipping and the schedule.
     Checkpoints are DeepSpeed's own per-rank files under `ds/`."""
@@ -177,7 +192,7 @@ class DeepSpeed(Strategy):
         self.rank = dist.get_rank()
         self.amp = autocast_dtype(cfg, device)
         self.module = model
-        zero: dict[str, Any] = {"stage": cfg.zero_stage}
+        zero: ZeroConfig = {"stage": cfg.zero_stage}
         if cfg.offload_optimizer:
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device.type == "cuda"}
         if cfg.offload_params:

@@ -10,7 +10,7 @@ import torch
 from app import envs
 from app.errors import UserError
 from app.train.config import TrainJobConfig
-from app.train.sft_data import IGNORE
+from app.train.sft_data import IGNORE, Batch
 
 
 def resolve_model(cfg: TrainJobConfig) -> str:
@@ -59,7 +59,7 @@ def _predicting(labels: torch.Tensor) -> torch.Tensor:
     return (labels[:, 1:] != IGNORE).any(dim=0).nonzero().squeeze(1)
 
 
-def loss_of(cfg: TrainJobConfig, out: Any, batch: dict[str, Any]) -> torch.Tensor:
+def loss_of(cfg: TrainJobConfig, out: Any, batch: Batch) -> torch.Tensor:
     """sft: token cross-entropy of the logits kept at `_predicting` positions against the next tokens (the mean
     over labelled tokens, as the model's own loss). reranker: listwise softmax cross-entropy over each group's
     logits (B, G), the positive at index 0."""
@@ -73,7 +73,7 @@ def loss_of(cfg: TrainJobConfig, out: Any, batch: dict[str, Any]) -> torch.Tenso
                                                                    device=logits.device))
 
 
-def model_inputs(cfg: TrainJobConfig, batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+def model_inputs(cfg: TrainJobConfig, batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     if cfg.task == "sft":
         # Logits only where the loss needs them: at every position, the LM head over a 49k-token vocabulary was
         # almost half of a bf16 SmolLM2-135M step on CPU, and an answer is a few tokens after hundreds of prompt.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Unpack
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
@@ -15,11 +15,20 @@ from app.rag.flow import Answer
 from app.rag.protocol import Finished, Generation
 from deployments.api.edge import Edge, sse
 from deployments.api.errors import ModelNotFound
-from deployments.api.views import citations, meta
+from deployments.api.views import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatHead,
+    ChatUsage,
+    ChunkChoice,
+    ChunkExtra,
+    citations,
+    meta,
+)
 from deployments.schemas import ChatCompletionRequest
 
 
-def usage(f: Finished) -> dict[str, int]:
+def usage(f: Finished) -> ChatUsage:
     return {"prompt_tokens": f.prompt_tokens, "completion_tokens": f.completion_tokens,
             "total_tokens": f.prompt_tokens + f.completion_tokens}
 
@@ -28,7 +37,7 @@ def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/chat/completions", response_model=None)
-    async def chat(req: ChatCompletionRequest) -> dict[str, Any] | StreamingResponse:
+    async def chat(req: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         edge.within_limits(req)
         if req.model and req.model not in (edge.generator, "ragline"):
             raise ModelNotFound(f"model {req.model!r} is not served; use {edge.generator!r} (see /v1/models)")
@@ -40,10 +49,10 @@ def router(edge: Edge) -> APIRouter:
                                 top_p=req.top_p, stop=[req.stop] if isinstance(req.stop, str) else req.stop,
                                 history=history)
         flow, timings = edge.flow, dict[str, float]()
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": edge.generator}
+        head: ChatHead = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": edge.generator}
 
         if not req.stream:
-            async def run() -> dict[str, Any]:
+            async def run() -> ChatCompletion:
                 context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
                 out = await flow.answer(question, context, generation, timings)
                 return {**head, "object": "chat.completion",
@@ -54,8 +63,9 @@ def router(edge: Edge) -> APIRouter:
 
             return await edge.deadline(run())
 
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> bytes:
-            return sse(None, {**head, "object": "chat.completion.chunk", "choices": choices, **extra})
+        def chunk(choices: list[ChunkChoice], **extra: Unpack[ChunkExtra]) -> bytes:
+            body: ChatCompletionChunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+            return sse(None, body)
 
         async def events() -> AsyncIterator[bytes]:
             context = await flow.context(question, req.top_k, req.mode, req.sources, timings)

@@ -7,7 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -61,6 +61,6 @@ class Edge:
             yield sse("error", body(err))
 
 
-def sse(event: str | None, data: Any) -> bytes:
+def sse(event: str | None, data: object) -> bytes:
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from deployments.api.edge import Edge
+from deployments.api.views import ModelList
 
 
 def router(edge: Edge) -> APIRouter:
@@ -23,8 +22,8 @@ def router(edge: Edge) -> APIRouter:
         ok = all(p["ready"] for p in parts.values())
         return JSONResponse({"ready": ok, **parts}, 200 if ok else 503)
 
-    @r.get("/v1/models")
-    async def list_models() -> dict[str, Any]:
+    @r.get("/v1/models", response_model=dict[str, object])  # the body as built (deployments/api/views.py)
+    async def list_models() -> ModelList:
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ragline"}
                                            for m in (edge.generator, edge.embedder)]}
 

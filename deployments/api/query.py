@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from app.rag.flow import Answer
-from app.rag.protocol import Generation
+from app.rag.protocol import Generation, QueryResponse
 from deployments.api.edge import Edge, sse
 from deployments.api.views import citations, meta
 from deployments.schemas import QueryRequest
@@ -21,14 +20,14 @@ def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/query", response_model=None)
-    async def query(req: QueryRequest) -> dict[str, Any] | StreamingResponse:
+    async def query(req: QueryRequest) -> QueryResponse | StreamingResponse:
         edge.within_limits(req)
         edge.check_question(req.question, "question", req.top_k)
         flow, timings = edge.flow, dict[str, float]()
         generation = Generation(max_tokens=req.max_tokens, temperature=req.temperature)
         t0 = time.perf_counter()
 
-        async def run() -> dict[str, Any]:
+        async def run() -> QueryResponse:
             context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
             out = await flow.answer(req.question, context, generation, timings)
             timings["total"] = (time.perf_counter() - t0) * 1e3

@@ -4,8 +4,6 @@ documents) and /v1/embeddings (OpenAI's, the served index's embedder)."""
 from __future__ import annotations
 
 import base64
-from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 from fastapi import APIRouter
@@ -13,24 +11,25 @@ from fastapi import APIRouter
 from app.errors import UserError
 from deployments.api.edge import Edge
 from deployments.api.errors import ModelNotFound
+from deployments.api.views import EmbeddingsResponse, RerankResponse, RetrieveResponse, hit
 from deployments.schemas import EmbeddingsRequest, RerankRequest, RetrieveRequest
 
 
 def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/retrieve")
-    async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+    @r.post("/v1/retrieve", response_model=dict[str, object])  # the body as built (deployments/api/views.py)
+    async def retrieve(req: RetrieveRequest) -> RetrieveResponse:
         edge.within_limits(req)
         edge.check_question(req.query, "query", req.top_k)
         timings: dict[str, float] = {}
         found = await edge.deadline(edge.flow.retrieve(req.query, req.mode, req.top_k, req.sources, timings))
         return {"index_version": found.index_version, "mode": found.mode,
-                "hits": [{k: v for k, v in asdict(h).items() if k != "rerank_score"} for h in found.hits],
+                "hits": [hit(h) for h in found.hits],
                 "timings_ms": {**found.timings_ms, "total": round(timings["retrieve"], 2)}}
 
-    @r.post("/v1/rerank")
-    async def rerank(req: RerankRequest) -> dict[str, Any]:
+    @r.post("/v1/rerank", response_model=dict[str, object])
+    async def rerank(req: RerankRequest) -> RerankResponse:
         edge.within_limits(req)
         edge.check_question(req.query, "query", 1)
         docs = [("", t) for t in req.documents]
@@ -40,8 +39,8 @@ def router(edge: Edge) -> APIRouter:
                 "results": [{"index": i, "relevance_score": s, "document": req.documents[i]}
                             for i, s in zip(ranking.order, scores, strict=True)]}
 
-    @r.post("/v1/embeddings")
-    async def embeddings(req: EmbeddingsRequest) -> dict[str, Any]:
+    @r.post("/v1/embeddings", response_model=dict[str, object])
+    async def embeddings(req: EmbeddingsRequest) -> EmbeddingsResponse:
         edge.within_limits(req)
         if req.model and req.model != edge.embedder:
             raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder!r}")
