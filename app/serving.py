@@ -17,7 +17,8 @@ import httpx
 import yaml
 
 from app import envs
-from app.config import load_config, read_yaml_mapping
+from app.config import load_config
+from app.config_files import read_yaml_mapping
 from app.errors import Conflict, NotFound, RaglineError, TimedOut, Unavailable, UserError
 from app.rag.protocol import QueryResponse
 from app.storage import Storage

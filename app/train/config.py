@@ -13,15 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from app.config import (
-    AppConfig,
-    GeneratorConfig,
-    SearchConfig,
-    format_validation_error,
-    merge,
-    parse_overrides,
-    read_yaml_mapping,
-)
+from app.config import AppConfig, GeneratorConfig, SearchConfig
+from app.config_files import format_validation_error, merge, parse_overrides, read_yaml_mapping
 from app.errors import UserError
 
 DEFAULT_MODELS = {"sft": "SmolLM2-135M-Instruct", "reranker": "all-MiniLM-L6-v2"}

@@ -1,6 +1,7 @@
 import pytest
 
-from app.config import AppConfig, load_config, parse_overrides
+from app.config import AppConfig, load_config
+from app.config_files import parse_overrides
 
 
 def test_defaults_are_valid():
