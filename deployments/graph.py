@@ -28,4 +28,5 @@ def build_app(args: GraphArgs) -> Application:
     generator = Generator.bind(storage, serve.generator, poll_s)  # type: ignore[attr-defined]
     return Ingress.bind(retriever, reranker, generator, storage, IngressArgs(  # type: ignore[attr-defined]
         api=serve.api, generator=serve.generator.model, embedder=cfg.ingest.embed.model,
-        candidates=serve.reranker.candidates if serve.reranker.model else 0, api_keys_file=args.api_keys_file))
+        index_version=serve.retriever.index_version, candidates=serve.reranker.candidates if serve.reranker.model
+        else 0, poll_interval_s=poll_s, api_keys_file=args.api_keys_file))

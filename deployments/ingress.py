@@ -7,12 +7,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app import apikeys
+from app.catalog import Catalog
 from app.config import ApiConfig
 from app.models import embedder
 from app.rag.flow import RagFlow
@@ -20,6 +21,10 @@ from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ran
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
 from deployments.guard import Guard
+from deployments.watch import Watcher
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("ray.serve")
 READY_TIMEOUT_S = 3.0  # under the 5 s an HTTP client or a Kubernetes probe usually allows the whole /readyz
@@ -65,12 +70,42 @@ class HandleBackends:
         return dict(zip(("retriever", "reranker", "generator"), parts, strict=True))
 
 
+class IndexEmbedder:
+    """The embedder of the index version the Retriever serves (the pinned one, else the latest), followed in the
+    catalog as the Retriever follows it; until an index is published, the one ingest is configured with. Questions
+    are measured in its tokens; /v1/models lists its name."""
+
+    def __init__(self, storage: Storage, index_version: int | None, configured: str, poll_interval_s: float):
+        self.storage, self.index_version = storage, index_version
+        self.tokenizers: dict[str, PreTrainedTokenizerBase] = {}  # name → tokenizer (tokenizers only: no weights)
+        self._name = configured
+        self._refresh()
+        self.watcher = Watcher("the served index's embedder", self._refresh, poll_interval_s, lambda: self._name)
+
+    def _refresh(self) -> None:
+        catalog = Catalog(self.storage)
+        served = catalog.get("indexes", self.index_version) if self.index_version else catalog.latest("indexes")
+        name = served.embedder.name if served else self._name
+        if name not in self.tokenizers:
+            self.tokenizers[name] = embedder.load_tokenizer(name)
+        self._name = name  # after its tokenizer is loaded: count_tokens never sees a name without one
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizers[self._name](text, add_special_tokens=False)["input_ids"])
+
+
 @dataclass(frozen=True)
 class IngressArgs:
     api: ApiConfig
     generator: str  # serve.generator.model: the name /v1/models lists
-    embedder: str  # the embedding model ingest uses: questions are measured in its tokens
+    embedder: str  # ingest.embed.model: the embedder named until an index version is published
+    index_version: int | None  # serve.retriever.index_version: the index the Retriever is pinned to (None: latest)
     candidates: int  # passages retrieved for the reranker to choose from (0: no reranker)
+    poll_interval_s: float  # serve.poll_interval_s
     api_keys_file: str | None = None
 
 
@@ -81,12 +116,14 @@ class Ingress:
                  storage: str, args: IngressArgs):
         keys, where = apikeys.ring(Storage(storage), args.api_keys_file)
         log.info("API keys from %s", where)
-        tokenizer = embedder.load_tokenizer(args.embedder)
+        self.embedder = IndexEmbedder(Storage(storage), args.index_version, args.embedder, args.poll_interval_s)
         flow = RagFlow(HandleBackends(retriever, reranker, generator), candidates=args.candidates,
                        observe=stage_latency())
-        self.api = build_api(flow, args.api, keys, lambda text: len(tokenizer(text, add_special_tokens=False)
-                                                                    ["input_ids"]),
-                             generator=args.generator, embedder=args.embedder)
+        self.api = build_api(flow, args.api, keys, generator=args.generator, embedder=self.embedder)
 
     def __serve_build_asgi_app__(self) -> Guard:
         return self.api
+
+    def __del__(self) -> None:
+        if hasattr(self, "embedder"):
+            self.embedder.watcher.stop()

@@ -108,11 +108,6 @@ class Retriever:
         vectors = await asyncio.gather(*(self._embed((rev, t)) for t in texts))
         return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v in vectors])
 
-    def count_tokens(self, text: str) -> int:
-        index = self._serving()
-        tok = self.models[index.manifest.embedder.revision].tokenizer
-        return len(tok(text, add_special_tokens=False)["input_ids"])
-
     def ready(self) -> RetrieverReady:
         if self.index is None:
             return {"ready": False, "reason": "no index version is published yet"}

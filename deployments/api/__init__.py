@@ -16,7 +16,7 @@ from app import apikeys
 from app.config import ApiConfig
 from app.rag.flow import RagFlow
 from deployments.api import chat, errors, health, query, retrieval
-from deployments.api.edge import Edge
+from deployments.api.edge import Edge, ServedEmbedder
 from deployments.guard import Guard
 
 LATENCY_BOUNDARIES_MS = [1.0, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
@@ -29,12 +29,12 @@ def stage_latency() -> Callable[[str, float], None]:
     return lambda stage, ms: latency.observe(ms, tags={"stage": stage})
 
 
-def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, count_tokens: Callable[[str], int], *,
-              generator: str, embedder: str) -> Guard:
-    """The guarded ASGI app. `generator`, `embedder`: the served models' names (/v1/models)."""
+def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator: str,
+              embedder: ServedEmbedder) -> Guard:
+    """The guarded ASGI app. `generator`: the served generator's name (/v1/models)."""
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
-    edge = Edge(flow, api, count_tokens, generator, embedder)
+    edge = Edge(flow, api, generator, embedder)
     for module in (health, retrieval, query, chat):
         app.include_router(module.router(edge))
     return Guard(app, keys, api.max_body_bytes)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -21,13 +21,22 @@ from deployments.api.errors import STAGE_FAILURES, body, translate
 T = TypeVar("T")
 
 
+class ServedEmbedder(Protocol):
+    """The embedder of the index being served: its name (/v1/models, /v1/embeddings' `model`) and its tokens in a
+    text (the question-length limit). It changes when a new index version built with another embedder swaps in."""
+
+    @property
+    def name(self) -> str: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
 @dataclass(frozen=True)
 class Edge:
     flow: RagFlow
     api: ApiConfig
-    count_tokens: Callable[[str], int]  # the served embedder's tokens in a text (the question-length limit)
-    generator: str  # the names /v1/models lists and requests may ask for
-    embedder: str
+    generator: str  # the name /v1/models lists and requests may ask for
+    embedder: ServedEmbedder
 
     def within_limits(self, req: BaseModel) -> None:
         """Sizes first, before a tokenizer or a stage sees the request."""
@@ -35,7 +44,7 @@ class Edge:
             raise UserError("; ".join(problems))
 
     def check_question(self, text: str, field: str, top_k: int) -> None:
-        if (n := self.count_tokens(text)) > self.api.max_question_tokens:
+        if (n := self.embedder.count_tokens(text)) > self.api.max_question_tokens:
             raise UserError(f"{field}: {n} tokens; the limit is {self.api.max_question_tokens}")
         if top_k > self.api.max_top_k:
             raise UserError(f"top_k: {top_k} is over the limit of {self.api.max_top_k}")

@@ -25,6 +25,6 @@ def router(edge: Edge) -> APIRouter:
     @r.get("/v1/models", response_model=dict[str, object])  # the body as built (deployments/api/views.py)
     async def list_models() -> ModelList:
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "ragline"}
-                                           for m in (edge.generator, edge.embedder)]}
+                                           for m in (edge.generator, edge.embedder.name)]}
 
     return r

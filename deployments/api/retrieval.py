@@ -42,8 +42,8 @@ def router(edge: Edge) -> APIRouter:
     @r.post("/v1/embeddings", response_model=dict[str, object])
     async def embeddings(req: EmbeddingsRequest) -> EmbeddingsResponse:
         edge.within_limits(req)
-        if req.model and req.model != edge.embedder:
-            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder!r}")
+        if req.model and req.model != edge.embedder.name:
+            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder.name!r}")
         texts = [req.input] if isinstance(req.input, str) else req.input
         for i, t in enumerate(texts):
             edge.check_question(t, f"input[{i}]", 1)
@@ -57,7 +57,7 @@ def router(edge: Edge) -> APIRouter:
                 return base64.b64encode(np.asarray(v, dtype="<f4").tobytes()).decode()
             return v
 
-        n_tokens = sum(edge.count_tokens(t) for t in texts)
+        n_tokens = sum(edge.embedder.count_tokens(t) for t in texts)
         return {"object": "list", "model": out.model, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
                 "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
                          for i, v in enumerate(out.vectors)]}

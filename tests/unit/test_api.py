@@ -67,10 +67,19 @@ class FakeStages:
                 "generator": {"ready": True}}
 
 
+class WordCounter:
+    """A served embedder whose tokens are words."""
+
+    name = "all-MiniLM-L6-v2"
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
 def serve_api(stages, cfg, keys):
     """The API as the Ingress builds it, over the fakes (candidates: 0, no reranker configured)."""
-    return build_api(RagFlow(stages, candidates=0), cfg.api, apikeys.KeyRing.of(keys), lambda text: len(text.split()),
-                     generator="SmolLM2-135M-Instruct", embedder="all-MiniLM-L6-v2")
+    return build_api(RagFlow(stages, candidates=0), cfg.api, apikeys.KeyRing.of(keys),
+                     generator="SmolLM2-135M-Instruct", embedder=WordCounter())
 
 
 @pytest.fixture
@@ -297,3 +306,26 @@ def test_timeout_is_504_and_stops_the_stream(client, stages):
         events = sse_events(r.read().decode())
     assert events[-1][0] == "error" and json.loads(events[-1][1])["error"]["type"] == "timeout"
     assert len([k for k, _ in events if k == "token"]) < 5
+
+
+def test_questions_are_measured_by_the_served_indexs_embedder(tmp_path):
+    """The Ingress names and counts with the embedder of the index the Retriever serves (pinned, else the latest),
+    and with the configured one only until an index is published."""
+    from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
+    from app.storage import Storage
+    from deployments.ingress import IndexEmbedder
+
+    storage = Storage(str(tmp_path))
+    follow = IndexEmbedder(storage, None, "all-MiniLM-L6-v2", poll_interval_s=3600)
+    assert follow.name == "all-MiniLM-L6-v2" and follow.count_tokens("zebras cross rivers") > 0
+    for name in ("sentence-transformers/all-MiniLM-L6-v2", "all-minilm-l6-v2"):  # both the packaged MiniLM
+        Catalog(storage).publish(Manifest(kind="indexes", version=0, created_at=now_iso(),
+                                          embedder=EmbedderInfo(name=name, revision="r", dim=384)))
+        follow._refresh()
+        if name.startswith("sentence-transformers/"):  # version 1: pin it
+            pinned = IndexEmbedder(storage, 1, "all-MiniLM-L6-v2", poll_interval_s=3600)
+        pinned._refresh()
+        assert follow.name == name and follow.count_tokens("zebras cross rivers") > 0
+        assert pinned.name == "sentence-transformers/all-MiniLM-L6-v2"
+    follow.watcher.stop()
+    pinned.watcher.stop()
