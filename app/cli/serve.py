@@ -132,15 +132,15 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     """Ingest and training runs, the catalog's dataset, index and model versions, and the cluster's jobs and
     Serve applications (from the dashboard --address names, or a local one)."""
     from app.catalog import Catalog
-    from app.services.runs import ingest_runs, training_runs
+    from app.services.runs import ingest_run_store
+    from app.train.run import training_runs
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
-    runs = ingest_runs(c.storage).all()
+    runs = ingest_run_store(c.storage).all()
     versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
                        for m in catalog.versions(kind)] for kind in ("datasets", "indexes")}
-    training = [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model", "error")}
-                for r in training_runs(c.storage).all()]
+    training = training_runs(c.storage).all()
     models = {name: ModelSummary(versions=[m.version for m in catalog.model_versions(name)],
                                  promoted=(p.version if (p := catalog.promoted(name)) else None))
               for name in catalog.model_names()}
@@ -148,16 +148,20 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     if as_json:
         print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
             "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
-            "training_runs": training, "models": {name: m.model_dump() for name, m in models.items()},
+            "training_runs": [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model",
+                                                      "error")} for r in training],
+            "models": {name: m.model_dump() for name, m in models.items()},
             "cluster": cluster.model_dump(exclude_unset=True)})
         return
     print_cluster(cluster)
     out.print(f"storage: {c.storage.uri}")
     t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
     for r in runs:
-        rep = r.get("report") or {}
-        t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), str(rep.get("dataset_version", "-")),
-                  str(rep.get("index_version", "-")), str((rep.get("documents") or {}).get("kept", "-")))
+        made = ("-", "-", "-")  # dataset, index, documents kept: a succeeded run's report says
+        if rep := r.get("report"):
+            made = (str(rep.get("dataset_version", "-")), str(rep.get("index_version", "-")),
+                    str(rep["documents"]["kept"]))
+        t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), *made)
     out.print(t)
     for kind, items in versions.items():
         v = Table("version", "created", "from", "documents", "chunks", title=kind)
@@ -166,9 +170,9 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
                       str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
         out.print(v)
     tr = Table("run", "task", "state", "started", "model", title="training runs")
-    for r in training:
-        model = r["model"] or {}
-        tr.add_row(r["name"], r["task"], r["state"], r.get("started_at") or "",
+    for run in training:
+        model = run.get("model")
+        tr.add_row(run["name"], run["task"], run["state"], run.get("started_at") or "",
                    f"{model['name']} v{model['version']}" if model else "-")
     out.print(tr)
     mt = Table("model", "versions", "promoted", title="models")

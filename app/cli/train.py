@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -95,7 +95,7 @@ def train_status(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Training runs of this storage root: state, steps, loss, throughput, the model version they made."""
-    from app.services.runs import training_runs
+    from app.train.run import training_runs
 
     c: Context = ctx.obj
     records = training_runs(c.storage).all()
@@ -108,7 +108,7 @@ def train_status(
         return print_json([{k: v for k, v in r.items() if k != "config"} for r in records])
     t = Table("run", "task", "state", "started", "steps", "loss", "tokens/s", "model", title="training runs")
     for r in records:
-        m = r.get("metrics") or {}
+        m: Mapping[str, object] = r.get("metrics") or {}
         t.add_row(r["name"], r["task"], r["state"], r.get("started_at", r.get("submitted_at", "")),
                   str(m.get("step", "-")), f"{m['loss']:.4f}" if "loss" in m else "-",
                   f"{m['tokens_per_s']:.0f}" if "tokens_per_s" in m else "-",

@@ -1,7 +1,5 @@
-"""What the long-lived services share: run records in storage, and a queue of runs worked one at a time.
-
-Every run is one JSON record under the storage root, `runs/<kind>/<id>.json` (`RunStore`: `runs/ingest/<run_id>`,
-`runs/train/<name>`), written atomically as the run moves from state to state; storage is the source of truth.
+"""What the long-lived services share: a queue of runs worked one at a time over their records in storage
+(`app.runs`), and the ingest run's record.
 
 A `RunQueueService` is the body of a named, detached actor (one per storage root, `start`): it queues runs and
 works them one at a time on a thread of its own, and after a restart (`max_restarts`) re-reads its records and
@@ -14,23 +12,14 @@ import hashlib
 import queue
 import threading
 import traceback
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Required, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Required, TypeVar
 
-from app.errors import NotFound
+from app.runs import R, RunRecord, RunStore
 from app.storage import Storage
 
 if TYPE_CHECKING:  # the pipeline imports Ray Data: not for a CLI that only lists runs
     from app.ingest.pipeline import IngestReportDict
     from app.ingest.stages import Snapshot
-
-
-class RunRecord(TypedDict, total=False):
-    """What the run queue itself reads and writes in every run record; each kind of run adds its own fields."""
-
-    state: Required[str]  # a service's `active` states, then how the run ended
-    note: str  # why the run was re-queued
-    restarts: int  # how many times the service restarted while the run was queued or in flight
 
 
 class IngestRunRecord(RunRecord, total=False):
@@ -55,64 +44,12 @@ class IngestRunStatus(IngestRunRecord, total=False):
     queue_position: int | None  # 1 = next; None when not queued
 
 
-R = TypeVar("R", bound=RunRecord)  # the record of one kind of run
 L = TypeVar("L")  # what a running run reports while it runs (`RunQueueService.live`)
-
-
-class RunStore(Generic[R]):
-    """The records of one kind of run: `runs/<kind>/<id>.json`, the id in the record's `key` field, listed in the
-    order of the record's `order` field."""
-
-    def __init__(self, storage: Storage, kind: str, key: str, order: str, noun: str):
-        self.storage, self.kind, self.key, self.order, self.noun = storage, kind, key, order, noun
-
-    def _rel(self, run_id: str) -> str:
-        return f"runs/{self.kind}/{run_id}.json"
-
-    def exists(self, run_id: str) -> bool:
-        return self.storage.exists(self._rel(run_id))
-
-    def id_of(self, record: R) -> str:
-        fields: Mapping[str, object] = record  # the key is named at run time
-        return str(fields[self.key])
-
-    def _order_of(self, record: R) -> str:
-        fields: Mapping[str, object] = record
-        return str(fields.get(self.order, ""))  # an ISO 8601 time; "" before the run has one
-
-    def save(self, record: R) -> None:
-        self.storage.write_json(self._rel(self.id_of(record)), record)
-
-    def _read(self, rel: str) -> R:
-        # storage holds only what `save` wrote: a record of this kind
-        return cast(R, dict(self.storage.read_json(rel)))
-
-    def load(self, run_id: str) -> R:
-        if not self.exists(run_id):
-            raise NotFound(f"{self.noun} {run_id!r} does not exist")
-        return self._read(self._rel(run_id))
-
-    def all(self) -> list[R]:
-        names = [n for n in self.storage.listdir(f"runs/{self.kind}") if n.endswith(".json") and ".tmp-" not in n]
-        records = [self._read(f"runs/{self.kind}/{n}") for n in names]
-        return sorted(records, key=lambda r: (self._order_of(r), self.id_of(r)))
 
 
 def ingest_run_store(storage: Storage) -> RunStore[IngestRunRecord]:
     """Ingest runs (`app.services.ingest`), oldest submission first."""
     return RunStore(storage, "ingest", key="run_id", order="submitted_at", noun="ingest run")
-
-
-def ingest_runs(storage: Storage) -> RunStore[Any]:
-    """`ingest_run_store`, its records untyped for `ragline status` (app/cli/serve.py), which reads them alongside
-    training records under one loop variable."""
-    return ingest_run_store(storage)
-
-
-def training_runs(storage: Storage) -> RunStore[Any]:
-    """Training runs (`app.services.training`, `app.train.run`), oldest start first. Their record's type is
-    `app.train.run`'s to name (Any until it does)."""
-    return RunStore(storage, "train", key="name", order="started_at", noun="training run")
 
 
 class RunQueueService(Generic[R, L]):

@@ -14,10 +14,11 @@ from typing import Any
 
 from app.catalog import now_iso
 from app.errors import Conflict
-from app.services.runs import RunQueueService, RunStore, actor_name, start, training_runs
+from app.runs import RunStore
+from app.services.runs import RunQueueService, actor_name, start
 from app.storage import Storage
 from app.train.config import TrainJobConfig, parse_job_config
-from app.train.run import TrainRunRecord, run_name, run_training, validate
+from app.train.run import TrainRunRecord, run_name, run_training, training_runs, validate
 
 ACTIVE = ("queued", "preparing", "running")
 

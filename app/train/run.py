@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 from app import tracking
 from app.catalog import Catalog, now_iso
 from app.errors import NotFound, UserError
+from app.runs import RunRecord, RunStore
 from app.storage import Storage
 from app.train.config import TrainJobConfig
 
@@ -28,9 +29,6 @@ if TYPE_CHECKING:  # Ray Data and torch: not for a CLI that only lists runs
     from app.train.loop import LoopConfig, MlflowRun
     from app.train.metrics import StepMetrics
 
-RUN_RECORDS = "runs/train"
-
-
 class ModelRef(TypedDict):
     """The model version a run registered in the catalog."""
 
@@ -38,16 +36,11 @@ class ModelRef(TypedDict):
     version: int
 
 
-class TrainRunRecord(TypedDict, total=False):
-    """`runs/train/<name>.json`: the run as submitted, then how it went. `TrainingService.status` and the CLI
-    hand it on as it is (`live` holds the one a running run last reported, ahead of storage).
+class TrainRunRecord(RunRecord, total=False):
+    """`runs/train/<name>.json`: the run as submitted, then how it went (`state`: queued → preparing → running →
+    succeeded | failed | stopped). `TrainingService.status` and the CLI hand it on as it is (`live` holds the one a
+    running run last reported, ahead of storage)."""
 
-    `state`, `note` and `restarts` are `app.services.runs.RunRecord`'s (the run queue writes them), repeated here
-    because app.train sits below app.services; the two must agree for TrainingService to type-check."""
-
-    state: Required[str]  # queued → preparing → running → succeeded | failed | stopped
-    note: str  # why the run was re-queued
-    restarts: int  # how many times the TrainingService restarted while the run was queued or in flight
     name: Required[str]
     task: Required[str]  # "sft" | "reranker"
     config: Required[dict[str, object]]  # the TrainJobConfig (`model_dump`), validated again when the run starts
@@ -88,15 +81,9 @@ def validate(cfg: TrainJobConfig) -> str:
     return resolve_model(cfg)
 
 
-def save_record(storage: Storage, record: TrainRunRecord) -> None:
-    storage.write_json(f"{RUN_RECORDS}/{record['name']}.json", record)
-
-
-def load_records(storage: Storage) -> list[TrainRunRecord]:
-    names = [n for n in storage.listdir(RUN_RECORDS) if n.endswith(".json") and ".tmp-" not in n]
-    # storage holds only what `save_record` wrote
-    return sorted((cast(TrainRunRecord, dict(storage.read_json(f"{RUN_RECORDS}/{n}"))) for n in names),
-                  key=lambda r: (r.get("started_at", ""), r["name"]))
+def training_runs(storage: Storage) -> RunStore[TrainRunRecord]:
+    """Training runs' records (`runs/train/<name>.json`), oldest start first."""
+    return RunStore(storage, "train", key="name", order="started_at", noun="training run")
 
 
 def run_training(cfg: TrainJobConfig, storage: Storage,
@@ -112,14 +99,14 @@ def run_training(cfg: TrainJobConfig, storage: Storage,
     record: TrainRunRecord = {"name": name, "task": cfg.task, "state": "preparing", "started_at": now_iso(),
                               "config": cfg.model_dump(), "storage": storage.uri}
     update = on_update or (lambda r: None)
-    save_record(storage, record)
+    training_runs(storage).save(record)
     update(record)
     try:
         return _run(cfg, storage, name, model_path, record, update)
     except BaseException as e:  # recorded for `ragline train status`, then raised to the caller
         record.update({"state": "failed" if not isinstance(e, KeyboardInterrupt) else "stopped",
                        "finished_at": now_iso(), "error": f"{type(e).__name__}: {e}"})
-        save_record(storage, record)
+        training_runs(storage).save(record)
         raise
 
 
@@ -141,7 +128,7 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
     total_steps = min(cfg.max_steps or 1 << 62, steps_per_epoch * cfg.epochs)
     record.update({"state": "running", "counts": prepared.counts, "data": prepared.source, "total_steps": total_steps,
                    "prepare_s": round(time.perf_counter() - t0, 1)})
-    save_record(storage, record)
+    training_runs(storage).save(record)
     update(record)
 
     uri = tracking.tracking_uri(cfg.mlflow_tracking_uri, storage)
@@ -182,7 +169,7 @@ def _run(cfg: TrainJobConfig, storage: Storage, name: str, model_path: str, reco
                    "train_s": round(train_s, 1),
                    "checkpoint": result.checkpoint.path if result.checkpoint else None,
                    "model": {"name": cfg.catalog_name, "version": version}})
-    save_record(storage, record)
+    training_runs(storage).save(record)
     update(record)
     return record
 

@@ -15,7 +15,7 @@ import pytest
 from app.catalog import Catalog
 from app.storage import Storage
 from app.train.config import TrainJobConfig, load_job_config
-from app.train.run import load_records, run_training
+from app.train.run import run_training, training_runs
 from tests.helpers import ROOT, SAMPLE, metric_history
 
 
@@ -87,7 +87,7 @@ def test_a_stopped_run_resumes_under_its_name(ray_cluster, tiny_lm, tmp_path):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     proc.communicate(timeout=120)
-    first = load_records(Storage(str(storage)))[0]
+    first = training_runs(Storage(str(storage))).all()[0]
     assert first["state"] in ("stopped", "failed"), first
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -10,8 +10,9 @@ from ray.exceptions import RayError
 import app.cli
 from app.errors import Conflict, NotFound, NotReady, RaglineError, TimedOut, Unavailable, UserError
 from app.remote import Unreachable
-from app.services.runs import ingest_runs, training_runs
+from app.services.runs import ingest_run_store
 from app.storage import Storage
+from app.train.run import training_runs
 
 
 class _Strict(BaseModel):
@@ -65,7 +66,7 @@ def test_a_validation_error_is_the_callers_and_a_bare_value_error_is_a_bug(monke
 
 def test_run_records_are_one_file_each_listed_in_order(tmp_path):
     storage = Storage(str(tmp_path))
-    runs = ingest_runs(storage)
+    runs = ingest_run_store(storage)
     runs.save({"run_id": "b", "state": "queued", "submitted_at": "2026-01-02"})
     runs.save({"run_id": "a", "state": "running", "submitted_at": "2026-01-03"})
     runs.save({"run_id": "c", "state": "failed", "submitted_at": "2026-01-02"})
