@@ -112,10 +112,34 @@ def sft_cpu_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def hostile_table(r: dict[str, Any], source: str) -> str:
+    statuses: dict[str, int] = {}
+    for run in r["runs"]["hostile"]:
+        for status, n in run["hostile_statuses"].items():
+            statuses[status] = statuses.get(status, 0) + n
+    lines = [
+        f"An ordinary client's `/v1/retrieve` ({r['requests']} sequential requests, top 5) alone and beside "
+        f"{r['hostile_clients']} hostile clients sending bodies at and over every limit; median of {r['repeats']} "
+        f"runs (`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| ordinary /v1/retrieve | p50 ms | p95 ms |",
+        "|---|---|---|",
+    ]
+    for name, label in (("idle", "alone"), ("busy", f"beside {r['hostile_clients']} clients of ordinary retrievals"),
+                        ("hostile", f"beside {r['hostile_clients']} hostile clients")):
+        s = r["summary"][name]
+        lines.append(f"| {label} | {s['p50_ms']:.1f} | {s['p95_ms']:.1f} |")
+    lines += ["", f"p50 beside hostile clients: {r['ratio_p50']:.2f}x alone (goal ≤ 2x), {r['ratio_p50_vs_busy']:.2f}x "
+              "beside as many ordinary clients. What the hostile requests got: "
+              + ", ".join(f"{n} × {status}" for status, n in sorted(statuses.items())) + "."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
-                                                           "answers": answers_table, "sft_cpu": sft_cpu_table}
+                                                           "answers": answers_table, "sft_cpu": sft_cpu_table,
+                                                           "hostile": hostile_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
-           "sft_cpu": "sft_cpu_bench.py"}
+           "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:
