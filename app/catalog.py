@@ -37,10 +37,15 @@ class FileEntry(BaseModel):
     rows: int | None = None
 
 
+Precision = Literal["fp32", "bf16"]
+
+
 class EmbedderInfo(BaseModel):
     name: str
     revision: str
     dim: int
+    precision: Precision = Field(default="fp32", description="What the vectors were computed at; questions are "
+                                 "embedded at the same. Versions written before it existed are fp32.")
 
 
 class Manifest(BaseModel):

@@ -99,6 +99,11 @@ class EmbedConfig(_Config):
         "length inside it, so larger batches waste less padding."
     )
     encode_batch_size: int = Field(default=32, ge=1, description="Sequences per forward pass inside an actor.")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        default="auto", description="What the embedder computes in. 'auto': the precision of the dataset already in "
+        "this storage root; for a new one bf16 where the hardware has it natively (CUDA, AVX512-BF16 or AMX: about "
+        "1.8x faster on CPU, cosine >= 0.998 to fp32), else fp32. Recorded in the index; questions use the same."
+    )
     concurrency: int | None = Field(
         default=None, ge=1, description="Embedding actors. None: one per CPU the cluster has (per GPU with num_gpus)."
     )
@@ -164,8 +169,11 @@ class RetrieverConfig(_Config):
         "one is published."
     )
     max_batch_size: int = Field(default=32, ge=1, description="Queries embedded together (@serve.batch).")
-    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch to "
-                                        "fill before embedding what has arrived.")
+    batch_wait_timeout_s: float = Field(
+        default=0.0, ge=0, description="Longest wait (seconds) for a batch to fill before embedding what has "
+        "arrived. 0: no wait; batches still form from the questions that queue while one is being embedded, and a "
+        "lone question is not held back (a positive wait adds itself to every sequential request's latency)."
+    )
 
 
 class RerankerConfig(_Config):
@@ -186,7 +194,10 @@ class RerankerConfig(_Config):
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant for retriever_weight.")
     max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")
-    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch.")
+    batch_wait_timeout_s: float = Field(
+        default=0.0, ge=0, description="Longest wait (seconds) for a batch; 0: what queued while the last one was "
+        "scored (see serve.retriever.batch_wait_timeout_s)."
+    )
 
 
 class GeneratorConfig(_Config):

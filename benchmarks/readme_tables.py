@@ -135,11 +135,37 @@ def hostile_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def ingest_table(r: dict[str, Any], source: str) -> str:
+    b, p, s = r["baseline"], r["pipeline"], r["stages"]["embed"]
+    lines = [
+        f"The first {r['documents']} SciFact documents, {r['cpus']} CPU cores; median of {r['repeats']} runs, each "
+        f"side with its model loading (`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| | seconds | documents/s | chunks/s |",
+        "|---|---|---|---|",
+        f"| plain script (fp32, one process, all torch threads) | {b['median_s']:.1f} | {b['docs_per_s']:.1f} | "
+        f"{b['chunks_per_s']:.1f} |",
+        f"| Ragline pipeline ({r['precision']} embedder, {r['config']['embed']['concurrency'] or r['cpus']} "
+        f"actors, near-dedup) | {p['median_s']:.1f} | {p['docs_per_s']:.1f} | {p['chunks_per_s']:.1f} |",
+        "",
+        f"Pipeline / plain: **{r['speedup']:.2f}x** (goal ≥ 1.8x); its embed stage ran {s['wall_s']:.1f} s of its "
+        f"{p['median_s']:.1f} s.",
+    ]
+    if "precision_check" in r:
+        c = r["precision_check"]
+        lines += ["", f"What the precision costs: dense nDCG@10 on SciFact dev ({c['queries']} queries, each of the "
+                  f"{c['documents']} documents embedded whole): fp32 {c['fp32']['ndcg@10']:.4f}, bf16 "
+                  f"{c['bf16']['ndcg@10']:.4f} ({c['ndcg_delta_bf16']:+.4f}; goal ≥ -0.005); bf16 encodes "
+                  f"{c['encode_speedup_bf16']:.2f}x as fast ({c['bf16']['docs_per_s']:.1f} against "
+                  f"{c['fp32']['docs_per_s']:.1f} documents/s)."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
                                                            "answers": answers_table, "sft_cpu": sft_cpu_table,
-                                                           "hostile": hostile_table}
+                                                           "hostile": hostile_table, "ingest": ingest_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
-           "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py"}
+           "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

@@ -6,7 +6,7 @@ Serve overhead, and what @serve.batch buys the retriever and reranker under conc
 with max_batch_size=1). The reranker is a CrossEncoder with MiniLM's architecture (its head untrained: the timing
 is what matters here). Prints a table and the ratios; writes benchmarks/results/serve.json.
 
-    python benchmarks/serve_bench.py [--repeats 3] [--storage DIR]
+    python benchmarks/serve_bench.py [--repeats 3] [--storage DIR] [--only "retrieve seq" "retrieve x32" ...]
 """
 
 from __future__ import annotations
@@ -218,13 +218,17 @@ def main() -> None:
     ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
     ap.add_argument("--repeats", type=int, default=3, help="Repeats per measurement; the median is reported")
     ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--only", nargs="+", choices=list(PLAN), default=list(PLAN), metavar="NAME",
+                    help=f"measure only these ({', '.join(PLAN)}); the ratios that need others are left out")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for both sides, repeatable (e.g. serve.retriever.batch_wait_timeout_s=0)")
     args = ap.parse_args()
     storage = demo_storage(args.storage)
     reranker = make_reranker(storage.local_path())
     # the transformers engine on both sides: the in-process side has no Serve to reach the vLLM application
     # through (benchmarks/generate_bench.py compares the engines)
     overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}",
-                 "serve.generator.engine=transformers"]
+                 "serve.generator.engine=transformers", *args.overrides]
     cfg = load_config(None, overrides)
     key = apikeys.load(storage)[0][0]
     local = InProcess(storage.uri, cfg, reranker)
@@ -233,14 +237,17 @@ def main() -> None:
     results: dict[str, Any] = {"max_tokens": MAX_TOKENS, "repeats": args.repeats}
     print("in-process (no Serve, no HTTP):", flush=True)
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
-    results["in_process"] = asyncio.run(measure(local, args.repeats, list(PLAN)))
+    results["in_process"] = asyncio.run(measure(local, args.repeats, args.only))
     del local
 
     url = f"http://127.0.0.1:{args.port}"
     unbatched = ["serve.retriever.max_batch_size=1", "serve.reranker.max_batch_size=1"]
     phases: list[tuple[str, list[str], list[str]]] = [
-        ("serve", [], list(PLAN)), ("serve_unbatched", unbatched, ["retrieve x32", "rerank x32"])]
+        ("serve", [], args.only),
+        ("serve_unbatched", unbatched, [n for n in ("retrieve x32", "rerank x32") if n in args.only])]
     for name, extra, names in phases:
+        if not names:
+            continue
         deploy(storage, overrides + extra, args.port)
         print(f"{name} (HTTP → Ingress → deployments{', @serve.batch size 1' if extra else ''}):", flush=True)
 
@@ -252,14 +259,14 @@ def main() -> None:
         results[name] = asyncio.run(over_http(names))
         serve.delete("ragline")
 
-    s, p, u = results["serve"], results["in_process"], results["serve_unbatched"]
+    s, p, u = results["serve"], results["in_process"], results.get("serve_unbatched", {})
     ratios = {
-        "serve_overhead_retrieve_p50_ms": s["retrieve seq"]["p50_ms"] - p["retrieve seq"]["p50_ms"],
-        "serve_overhead_query_p50_ms": s["query seq"]["p50_ms"] - p["query seq"]["p50_ms"],
+        **{f"serve_overhead_{k.split()[0]}_p50_ms": s[k]["p50_ms"] - p[k]["p50_ms"]
+           for k in ("retrieve seq", "query seq") if k in s},
         **{f"serve_vs_in_process_rps_{k.replace(' ', '_')}": s[k]["rps"] / p[k]["rps"]
-           for k in ("retrieve x8", "retrieve x32", "query x8", "query x32")},
-        "batch_gain_retrieve_x32": s["retrieve x32"]["rps"] / u["retrieve x32"]["rps"],
-        "batch_gain_rerank_x32": s["rerank x32"]["rps"] / u["rerank x32"]["rps"],
+           for k in ("retrieve x8", "retrieve x32", "query x8", "query x32") if k in s},
+        **{f"batch_gain_{k.replace(' ', '_')}": s[k]["rps"] / u[k]["rps"] for k in ("retrieve x32", "rerank x32")
+           if k in u},
     }
     results["ratios"] = ratios
     print("\nratios:")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 from ray import serve
@@ -18,15 +17,12 @@ from ray.util.metrics import Gauge
 
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
-from app.errors import Conflict, NotReady
+from app.errors import NotReady
 from app.index.search import Index, Mode
 from app.models import embedder
 from app.rag.protocol import Embedded, Passage, Retrieved, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
-
-if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger("ray.serve")
 
@@ -45,7 +41,7 @@ class Retriever:
         self.cfg, self.rcfg = search, cfg
         self.storage = Storage(storage)
         self.index: Index | None = None
-        self.models: dict[str, SentenceTransformer] = {}  # embedder revision → its loaded model
+        self.encoders: dict[str, embedder.Encoder] = {}  # _key(index's embedder) → its loaded encoder
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
         self._embed.set_max_batch_size(self.rcfg.max_batch_size)  # type: ignore[attr-defined]
         self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
@@ -61,12 +57,9 @@ class Retriever:
         if latest is None or (self.index is not None and latest.version == self.index.version):
             return
         index = Index.load(self.storage, latest.version)
-        info = index.manifest.embedder
-        if info.revision not in self.models:
-            if embedder.revision(info.name) != info.revision:
-                raise Conflict(f"index version {index.version} was built with {info.name} ({info.revision}); "
-                                 f"the installed model is {embedder.revision(info.name)}")
-            self.models[info.revision] = embedder.load(info.name)
+        key = _key(index)
+        if key not in self.encoders:
+            self.encoders[key] = embedder.for_index(index.manifest.embedder)
         self.index = index  # the swap: one reference assignment, atomic for the requests that follow
         self.version_gauge.set(index.version)
         log.info("serving index version %s", index.version)
@@ -76,17 +69,15 @@ class Retriever:
             raise NotReady("no index version is published yet: run `ragline ingest` first")
         return self.index
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # both set from the config in __init__
     async def _embed(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
-        """(embedder revision, text) pairs from concurrent requests → one encode call per revision."""
+        """(encoder key, text) pairs from concurrent requests → one encode call per encoder."""
         out: list[np.ndarray | None] = [None] * len(items)
-        for rev in {r for r, _ in items}:
-            rows = [i for i, (r, _) in enumerate(items) if r == rev]
-            vecs = await asyncio.to_thread(self.models[rev].encode, [items[i][1] for i in rows],
-                                           normalize_embeddings=True, convert_to_numpy=True,
-                                           show_progress_bar=False)
+        for key in {k for k, _ in items}:
+            rows = [i for i, (k, _) in enumerate(items) if k == key]
+            vecs = await asyncio.to_thread(self.encoders[key].encode, [items[i][1] for i in rows])
             for i, v in zip(rows, vecs, strict=True):
-                out[i] = np.asarray(v, dtype=np.float32)
+                out[i] = v
         assert all(v is not None for v in out)
         return out  # type: ignore[return-value]
 
@@ -95,7 +86,7 @@ class Retriever:
         index = self._serving()  # this request keeps this index even if a swap happens meanwhile
         mode = mode or self.cfg.mode
         t0 = time.perf_counter()
-        vector = None if mode == "lexical" else await self._embed((index.manifest.embedder.revision, query))
+        vector = None if mode == "lexical" else await self._embed((_key(index), query))
         t1 = time.perf_counter()
         hits = await asyncio.to_thread(index.search, query, vector, mode, k or self.cfg.top_k, self.cfg, sources)
         return Retrieved(index_version=index.version, mode=mode, embedder=index.manifest.embedder.name,
@@ -104,8 +95,8 @@ class Retriever:
 
     async def embed(self, texts: list[str]) -> Embedded:
         index = self._serving()
-        rev = index.manifest.embedder.revision
-        vectors = await asyncio.gather(*(self._embed((rev, t)) for t in texts))
+        key = _key(index)
+        vectors = await asyncio.gather(*(self._embed((key, t)) for t in texts))
         return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v in vectors])
 
     def ready(self) -> RetrieverReady:
@@ -118,3 +109,8 @@ class Retriever:
     def __del__(self) -> None:
         if hasattr(self, "watcher"):
             self.watcher.stop()
+
+
+def _key(index: Index) -> str:
+    info = index.manifest.embedder
+    return f"{info.name}@{info.revision}/{info.precision}"

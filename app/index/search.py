@@ -174,17 +174,12 @@ class Searcher:
     def __init__(self, index: Index, cfg: SearchConfig):
         from app.models import embedder
 
-        name, revision = index.manifest.embedder.name, index.manifest.embedder.revision
-        if embedder.revision(name) != revision:
-            raise Conflict(f"index version {index.version} was built with {name} ({revision}); the installed "
-                           f"model is {embedder.revision(name)}")
         self.index, self.cfg = index, cfg
-        self.model = embedder.load(name)
+        self.encoder = embedder.for_index(index.manifest.embedder)
 
     def embed(self, queries: list[str]) -> np.ndarray:
-        """(len(queries), dim) normalised float32."""
-        return np.asarray(self.model.encode(queries, normalize_embeddings=True, convert_to_numpy=True,
-                                            show_progress_bar=False), dtype=np.float32)
+        """(len(queries), dim) normalised float32, at the precision the index was built with."""
+        return self.encoder.encode(queries)
 
     def search(self, query: str, mode: Mode | None = None, k: int | None = None,
                sources: list[str] | None = None) -> list[Hit]:

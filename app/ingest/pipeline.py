@@ -18,7 +18,7 @@ import ray
 from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from app.catalog import Catalog, Manifest, now_iso
+from app.catalog import Catalog, Manifest, Precision, now_iso
 from app.config import AppConfig
 from app.dataset import DOCUMENTS_FILE, DOCUMENTS_FILE_SCHEMA, documents_files
 from app.errors import Conflict, RaglineError
@@ -165,7 +165,29 @@ class LightStageArgs(TypedDict):
     batch_format: Literal["pyarrow"]
 
 
-def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any) -> ray.data.Dataset:
+def _embed_device(cfg: AppConfig) -> str:
+    return "cuda" if cfg.ingest.embed.num_gpus > 0 else "cpu"
+
+
+def _precision(cfg: AppConfig, previous: Manifest | None) -> Precision:
+    """The embedder precision of this run: a dataset's versions all share one model, revision and precision
+    (their vectors are searched together); `auto` follows the existing versions, else the hardware."""
+    ec = cfg.ingest.embed
+    if previous is None:
+        return embedder.choose_precision(ec.precision, _embed_device(cfg))
+    had = previous.embedder
+    if (had.name, had.revision) != (ec.model, embedder.revision(ec.model)):
+        raise Conflict(f"dataset version {previous.version} was embedded with {had.name} ({had.revision}); "
+                       f"ingest.embed.model is {ec.model}: use another storage root for another embedder")
+    if ec.precision not in ("auto", had.precision):
+        raise Conflict(f"dataset version {previous.version} was embedded in {had.precision}; "
+                       f"ingest.embed.precision is {ec.precision}: use 'auto' or {had.precision!r} here, or "
+                       "another storage root")
+    return had.precision
+
+
+def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any,
+                  precision: Precision) -> ray.data.Dataset:
     """The lazy Ray Data pipeline; nothing runs until it is written."""
     ic = cfg.ingest
     light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
@@ -192,12 +214,16 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
                                                "chunk_tokens": ic.chunk.chunk_tokens,
                                                "overlap_tokens": ic.chunk.overlap_tokens})
     ds = ds.map_batches(stages.Embedder, batch_size=ic.embed.batch_size, batch_format="pyarrow",
-                        compute=ray.data.ActorPoolStrategy(size=_embed_concurrency(cfg)), num_cpus=ic.embed.num_cpus,
+                        # One task at a time per actor: the first actor up must not queue every block while the
+                        # others load, then see the rest stopped as idle once the inputs run out.
+                        compute=ray.data.ActorPoolStrategy(size=_embed_concurrency(cfg),
+                                                           max_tasks_in_flight_per_actor=1),
+                        num_cpus=ic.embed.num_cpus,
                         num_gpus=ic.embed.num_gpus or None,
-                        fn_constructor_kwargs={"ledger": ledger, "model": model_path,
+                        fn_constructor_kwargs={"ledger": ledger, "model": model_path, "precision": precision,
                                                "encode_batch_size": ic.embed.encode_batch_size,
                                                "include_title": ic.embed.include_title,
-                                               "device": "cuda" if ic.embed.num_gpus > 0 else "cpu",
+                                               "device": _embed_device(cfg),
                                                "threads": threads})
     return ds
 
@@ -214,11 +240,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     inputs = expand(paths, cfg.ingest.read.max_file_bytes, cfg.ingest.read.follow_symlinks)
     catalog = Catalog(storage)
     previous = catalog.latest("datasets")
-    if previous and (previous.embedder.name, previous.embedder.revision) != (
-            cfg.ingest.embed.model, embedder.revision(cfg.ingest.embed.model)):
-        raise Conflict(f"dataset version {previous.version} was embedded with {previous.embedder.name} "
-                       f"({previous.embedder.revision}); ingest.embed.model is {cfg.ingest.embed.model}: "
-                       "use another storage root for another embedder")
+    precision = _precision(cfg, previous)
     t0 = time.time()
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -229,7 +251,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     if on_start:
         on_start(ledger)
     segment = f"datasets/segments/{run_id}"
-    ds = build_dataset(inputs, cfg, storage, run_id, ledger)
+    ds = build_dataset(inputs, cfg, storage, run_id, ledger, precision)
     # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
     ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
                      ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
@@ -251,7 +273,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
         return report
     docs_rel = f"{segment}/{DOCUMENTS_FILE}"
     storage.write_bytes(docs_rel, _parquet_bytes(snap.get("kept_documents", []), DOCUMENTS_FILE_SCHEMA))
-    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report)
+    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report, precision)
     report.dataset_version = manifest.version
     return report
 
@@ -299,7 +321,7 @@ def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage
 
 
 def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
-                     chunk_files: list[str], docs_rel: str, report: IngestReport) -> Manifest:
+                     chunk_files: list[str], docs_rel: str, report: IngestReport, precision: Precision) -> Manifest:
     new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in [*chunk_files, docs_rel]]
     prev_counts = previous.counts if previous else {}
     dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
@@ -307,7 +329,7 @@ def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: s
     manifest = Manifest(
         kind="datasets", version=0, created_at=now_iso(), parent=previous.version if previous else None,
         inputs=[inputs.source(f) for f in inputs.files], run_id=run_id,
-        embedder=embedder.info(cfg.ingest.embed.model, dim),
+        embedder=embedder.info(cfg.ingest.embed.model, dim, precision),
         counts={"documents": prev_counts.get("documents", 0) + report.documents.kept,
                 "chunks": prev_counts.get("chunks", 0) + report.chunks},
         files=[*(previous.files if previous else []), *new_files],

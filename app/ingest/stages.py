@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
+from app.catalog import Precision
 from app.config import IngestConfig
 from app.dataset import CHUNK_SCHEMA
 from app.ingest import chunk as chunking
@@ -348,19 +349,17 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
 
 
 class Embedder:
-    """SentenceTransformer loaded once per actor; normalised float32 vectors appended as `embedding`."""
+    """The embedding model loaded once per actor; normalised float32 vectors appended as `embedding`."""
 
-    def __init__(self, *, ledger: Any, model: str, encode_batch_size: int, include_title: bool, device: str,
-                 threads: int):
+    def __init__(self, *, ledger: Any, model: str, precision: Precision, encode_batch_size: int,
+                 include_title: bool, device: str, threads: int):
         import torch
 
         torch.set_num_threads(threads)
         self.ledger = ledger
-        self.model = embedder.load(model, device=device)
+        self.encoder = embedder.Encoder(model, precision, device)
         self.encode_batch_size, self.include_title = encode_batch_size, include_title
-        dim = self.model.get_embedding_dimension()
-        assert dim is not None, "the embedding model does not report its dimension"
-        self.dim: int = dim
+        self.dim = self.encoder.dim
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         t0 = time.perf_counter()
@@ -371,9 +370,7 @@ class Embedder:
         order = np.argsort(batch.column("n_tokens").to_numpy(), kind="stable")
         vecs = np.empty((len(inputs), self.dim), dtype=np.float32)
         if inputs:
-            vecs[order] = self.model.encode([inputs[i] for i in order], batch_size=self.encode_batch_size,
-                                            normalize_embeddings=True, convert_to_numpy=True,
-                                            show_progress_bar=False)
+            vecs[order] = self.encoder.encode([inputs[i] for i in order], self.encode_batch_size)
         flat = pa.array(vecs.reshape(-1), pa.float32())
         out = batch.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, self.dim))
         _stage_done(self.ledger, "embed", batch_key(batch.column("chunk_id").to_pylist()), batch.num_rows,

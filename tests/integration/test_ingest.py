@@ -4,11 +4,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
+from app.errors import Conflict
 from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
 from app.indexing import run_ingest
 from app.ingest.pipeline import IngestError
 from app.ingest.stages import DROP_REASONS
+from app.models import embedder
 from app.storage import Storage
 from tests.helpers import PLANTED, topic_text
 
@@ -45,6 +47,7 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     ds = catalog.get("datasets", report["dataset_version"])
     assert ds.counts == {"documents": want["kept"], "chunks": report["chunks"]} and catalog.verify(ds) == []
     assert ds.embedder.name == "all-MiniLM-L6-v2" and ds.embedder.dim == 384
+    assert ds.embedder.precision == embedder.choose_precision("auto", "cpu")  # bf16 where the CPU has it
     drops = pq.read_table(storage.path(f"runs/ingest/{report['run_id']}.drops.parquet")).to_pylist()
     assert len(drops) == sum(docs["dropped"].values())
     ids_v1 = chunk_ids(storage, ds.version)
@@ -68,6 +71,13 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     assert v2.parent == ds.version and v2.counts["documents"] == want["kept"] + 1
     ids_v2 = chunk_ids(storage, v2.version)
     assert set(ids_v1) < set(ids_v2) and len(ids_v2) == len(set(ids_v2))
+
+    # one precision per dataset (its vectors are searched together): another is refused before any work
+    other = cfg.model_copy(deep=True)
+    other.ingest.embed.precision = "fp32" if ds.embedder.precision == "bf16" else "bf16"
+    with pytest.raises(Conflict, match=f"embedded in {ds.embedder.precision}"):
+        run_ingest([str(inc)], other, storage)
+    assert [m.version for m in catalog.versions("datasets")] == [ds.version, v2.version]
 
     # search: the planted document comes first in every mode; source filters restrict results
     searcher = Searcher(Index.load(storage), cfg.search)
