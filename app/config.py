@@ -170,9 +170,9 @@ class RetrieverConfig(_Config):
     )
     max_batch_size: int = Field(default=32, ge=1, description="Queries embedded together (@serve.batch).")
     batch_wait_timeout_s: float = Field(
-        default=0.0, ge=0, description="Longest wait (seconds) for a batch to fill before embedding what has "
-        "arrived. 0: no wait; batches still form from the questions that queue while one is being embedded, and a "
-        "lone question is not held back (a positive wait adds itself to every sequential request's latency)."
+        default=0.002, ge=0, description="Longest wait (seconds) for a batch to fill before embedding what has "
+        "arrived; every lone question waits this long. Measured on 2 cores (serve_bench): 5 ms gave sequential p50 "
+        "32.5 ms and 69.6 req/s at 32 clients, 2 ms 24.8 ms and 65.2 req/s, 0 25.5 ms and 55.5 req/s."
     )
 
 
@@ -194,10 +194,7 @@ class RerankerConfig(_Config):
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant for retriever_weight.")
     max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")
-    batch_wait_timeout_s: float = Field(
-        default=0.0, ge=0, description="Longest wait (seconds) for a batch; 0: what queued while the last one was "
-        "scored (see serve.retriever.batch_wait_timeout_s)."
-    )
+    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch.")
 
 
 class GeneratorConfig(_Config):

@@ -161,11 +161,34 @@ def ingest_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def serve_table(r: dict[str, Any], source: str) -> str:
+    p, s, ratios = r["in_process"], r["serve"], r["ratios"]
+    lines = [
+        f"`/v1/retrieve` (top 5) on the demo corpus, {r['repeats']} repeats per row, median; the Retriever's "
+        f"`@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g} ms (`{r['command']}`, {r['date']}, "
+        f"{source}):",
+        "",
+        "| clients | in process p50 ms | req/s | Serve over HTTP p50 ms | req/s |",
+        "|---|---|---|---|---|",
+    ]
+    for name in s:
+        lines.append(f"| {name.split()[-1].replace('seq', '1 (sequential)').lstrip('x')} | {p[name]['p50_ms']:.1f} | "
+                     f"{p[name]['rps']:.1f} | {s[name]['p50_ms']:.1f} | {s[name]['rps']:.1f} |")
+    seq = s["retrieve seq"]["rps"]
+    lines += ["", f"Serve overhead at p50: **{ratios['serve_overhead_retrieve_p50_ms']:.1f} ms** (goal ≤ 5 ms); "
+              "throughput through Serve at 32 clients over sequential: "
+              f"**{s['retrieve x32']['rps'] / seq:.1f}x** (goal ≥ 3x); `@serve.batch` gain at 32 clients "
+              f"{ratios['batch_gain_retrieve_x32']:.2f}x."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
                                                            "answers": answers_table, "sft_cpu": sft_cpu_table,
-                                                           "hostile": hostile_table, "ingest": ingest_table}
+                                                           "hostile": hostile_table, "ingest": ingest_table,
+                                                           "serve": serve_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
-           "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py"}
+           "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
+           "serve": "serve_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

@@ -4,7 +4,7 @@ in one run, on the embedded demo corpus (Python reference topics).
 Measures p50/p99 latency of retrieve and query (sequential), throughput at 8 and 32 concurrent clients, the
 Serve overhead, and what @serve.batch buys the retriever and reranker under concurrency (the graph redeployed
 with max_batch_size=1). The reranker is a CrossEncoder with MiniLM's architecture (its head untrained: the timing
-is what matters here). Prints a table and the ratios; writes benchmarks/results/serve.json.
+is what matters here). Prints a table and the ratios; writes benchmarks/results/serve-<date>.json.
 
     python benchmarks/serve_bench.py [--repeats 3] [--storage DIR] [--only "retrieve seq" "retrieve x32" ...]
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -234,7 +236,10 @@ def main() -> None:
     local = InProcess(storage.uri, cfg, reranker)
     docs = [h.text for h in asyncio.run(local.retrieve(QUESTIONS[0])).hits] * 4
 
-    results: dict[str, Any] = {"max_tokens": MAX_TOKENS, "repeats": args.repeats}
+    results: dict[str, Any] = {"date": datetime.date.today().isoformat(),
+                               "command": "python benchmarks/serve_bench.py " + shlex.join(sys.argv[1:]),
+                               "max_tokens": MAX_TOKENS, "repeats": args.repeats,
+                               "retriever": cfg.serve.retriever.model_dump()}
     print("in-process (no Serve, no HTTP):", flush=True)
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
     results["in_process"] = asyncio.run(measure(local, args.repeats, args.only))
@@ -272,7 +277,7 @@ def main() -> None:
     print("\nratios:")
     for k, v in ratios.items():
         print(f"  {k:45s} {v:8.2f}")
-    out = ROOT / "benchmarks" / "results" / "serve.json"
+    out = ROOT / "benchmarks" / "results" / f"serve-{results['date']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"\nwritten to {out}")

@@ -56,7 +56,7 @@ class Reranker:
         self.current = (cross_encoder.load(path, max_length=self.cfg.max_length), label)
         log.info("reranking with %s", label)
 
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.0)  # both set from the config in __init__
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # both set from the config in __init__
     async def _score(self, requests: list[tuple[str, list[str]]]) -> list[tuple[str, list[float]]]:
         """All pairs of all waiting requests in one `predict` call; (model label, scores) back per request."""
         model, label = self.current
