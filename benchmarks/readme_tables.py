@@ -182,13 +182,32 @@ def serve_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def scale_table(r: dict[str, Any], source: str) -> str:
+    lines = [
+        f"SciFact's MiniLM vectors grown to each size by noisy copies, {r['queries']} SciFact queries, top 10, one "
+        f"query at a time on 2 cores (`{r['command']}`, {r['date']}, {source}); memory is the peak a build and its "
+        "searches added:",
+        "",
+        "| vectors | Ragline builds | exact: build s / p50 ms / MB | HNSW: build s / p50 ms / recall@10 / MB | "
+        "IVF: build s / p50 ms / recall@10 / MB | chunk table: Arrow / Python dicts MB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for z in r["sizes"]:
+        f, h, i, c = z["flat"], z["hnsw"], z["ivf"], z["chunks"]
+        lines.append(f"| {z['vectors']:,} | {z['ragline_builds']} | {f['build_s']:g} / {f['search_p50_ms']:.2f} / "
+                     f"{f['peak_mb']:.0f} | {h['build_s']:g} / {h['search_p50_ms']:.2f} / {h['recall@10']:.3f} / "
+                     f"{h['peak_mb']:.0f} | {i['build_s']:g} / {i['search_p50_ms']:.2f} / {i['recall@10']:.3f} / "
+                     f"{i['peak_mb']:.0f} | {c['arrow_mb']:.0f} / {c['python_dicts_mb']:.0f} |")
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
                                                            "answers": answers_table, "sft_cpu": sft_cpu_table,
                                                            "hostile": hostile_table, "ingest": ingest_table,
-                                                           "serve": serve_table}
+                                                           "serve": serve_table, "scale": scale_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
-           "serve": "serve_bench.py"}
+           "serve": "serve_bench.py", "scale": "scale_bench.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

@@ -220,7 +220,7 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
         raise UserError(f"{endpoint.url} serves index version {version}, which {storage.uri} does not hold: give "
                         "the --storage the graph serves")
     chunks = Index.load(storage, version, verify=False).chunks
-    check_documents(questions, {c["doc_id"] for c in chunks}, version)
+    check_documents(questions, set(chunks.column("doc_id")), version)
 
     params = {"top_k": top_k, **({"max_tokens": max_tokens} if max_tokens else {})}
     started, t0 = now_iso(), time.perf_counter()

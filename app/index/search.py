@@ -8,13 +8,14 @@ import functools
 import hashlib
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 import faiss
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from app.catalog import Catalog, Manifest
@@ -61,6 +62,55 @@ class Hit:
                 "start_char": self.start_char, "end_char": self.end_char}
 
 
+class ChunkRow(TypedDict):
+    """One row of an index version's `chunks.parquet` (app.dataset.CHUNK_COLUMNS)."""
+
+    chunk_id: str
+    doc_id: str
+    chunk_index: int
+    source: str
+    title: str
+    text: str
+    start_char: int
+    end_char: int
+    metadata: str
+
+
+class ChunkTable(Sequence[ChunkRow]):
+    """An index's chunks as the Arrow table read from its `chunks.parquet`: a row becomes a dict only when asked
+    for (a hit, a training example). A million chunks cost their Arrow columns (about the text's own bytes), not a
+    million dicts (about 1.5x that again in Python objects: benchmarks/scale_bench.py)."""
+
+    BATCH = 4096  # rows per Arrow → Python conversion when iterating
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    def __getitem__(self, row: int) -> ChunkRow:  # type: ignore[override]  # rows only, no slices
+        assert 0 <= row < self.table.num_rows, (row, self.table.num_rows)
+        return self.table.slice(row, 1).to_pylist()[0]
+
+    def __iter__(self) -> Iterator[ChunkRow]:
+        for batch in self.table.to_batches(self.BATCH):
+            yield from batch.to_pylist()
+
+    def column(self, name: str) -> list[Any]:
+        return self.table.column(name).to_pylist()
+
+
+def rows_by_value(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
+    """Each distinct value → the rows holding it (ascending int64), without a Python loop over the rows."""
+    codes = column.dictionary_encode().combine_chunks()
+    ids = codes.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(ids, kind="stable")  # rows grouped by value, ascending within each
+    bounds = np.searchsorted(ids[order], np.arange(len(codes.dictionary) + 1))
+    return {value: order[bounds[i]:bounds[i + 1]].astype(np.int64)
+            for i, value in enumerate(codes.dictionary.to_pylist())}
+
+
 @functools.lru_cache(maxsize=256)
 def _source_matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
     """One compiled regex for a set of globs (compiling 16 long globs costs tens of ms: a repeated filter pays once)."""
@@ -77,12 +127,9 @@ class Index:
         self.version = manifest.version
         self.dense = faiss.read_index(str(directory / "dense.faiss"))
         self.bm25 = bm25s.BM25.load(str(directory / "bm25"), show_progress=False)
-        self.chunks = pq.read_table(directory / "chunks.parquet").to_pylist()
-        rows_of: dict[str, list[int]] = {}
-        for i, c in enumerate(self.chunks):
-            rows_of.setdefault(c["source"], []).append(i)
+        self.chunks = ChunkTable(pq.read_table(directory / "chunks.parquet"))
         # a source filter matches each distinct source once (a file has many chunks), not every chunk
-        self.rows_of_source = {s: np.array(r, dtype=np.int64) for s, r in rows_of.items()}
+        self.rows_of_source = rows_by_value(self.chunks.table.column("source"))
         self.stopwords = manifest.config.get("stopwords", "en")  # IndexConfig.stopwords: a bm25s list name or None
         dense = manifest.extra.get("dense")  # app.index.build.DenseParams, as a dict
         dense_params = dense if isinstance(dense, dict) else {}

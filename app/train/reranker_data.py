@@ -83,10 +83,10 @@ class MineNegatives:
         self.searcher = Searcher(Index.load(Storage(storage_uri), index_version), SearchConfig())
         self.index = self.searcher.index
         self.by_doc: dict[str, int] = {}
-        for row, c in enumerate(self.index.chunks):  # a document's first chunk stands for it as a positive
-            if c["doc_id"] not in self.by_doc or c["chunk_index"] < self.index.chunks[self.by_doc[c["doc_id"]]][
-                    "chunk_index"]:
-                self.by_doc[c["doc_id"]] = row
+        doc_ids, positions = self.index.chunks.column("doc_id"), self.index.chunks.column("chunk_index")
+        for row, (doc, pos) in enumerate(zip(doc_ids, positions, strict=True)):
+            if doc not in self.by_doc or pos < positions[self.by_doc[doc]]:  # a document's first chunk stands
+                self.by_doc[doc] = row  # for it as a positive
         self.seed = seed
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:

@@ -1,0 +1,25 @@
+import pyarrow as pa
+
+from app.index.search import ChunkTable, rows_by_value
+
+
+def table(n: int) -> pa.Table:
+    return pa.table({"chunk_id": [f"c{i}" for i in range(n)], "doc_id": [f"d{i // 2}" for i in range(n)],
+                     "chunk_index": pa.array([i % 2 for i in range(n)], pa.int32()),
+                     "source": [f"s{i % 3}" for i in range(n)]})
+
+
+def test_rows_are_dicts_on_demand_and_iteration_crosses_batches():
+    chunks = ChunkTable(pa.concat_tables([table(5), table(5)]))  # two Arrow chunks per column
+    chunks.BATCH = 3
+    assert len(chunks) == 10
+    assert chunks[7] == {"chunk_id": "c2", "doc_id": "d1", "chunk_index": 0, "source": "s2"}
+    rows = list(chunks)
+    assert len(rows) == 10 and rows[7] == chunks[7] and [r["chunk_id"] for r in rows[:5]] == [f"c{i}" for i in range(5)]
+    assert chunks.column("doc_id")[4] == "d2"
+
+
+def test_rows_by_value_groups_every_row_once_in_order():
+    groups = rows_by_value(table(10).column("source"))
+    assert {k: v.tolist() for k, v in groups.items()} == {"s0": [0, 3, 6, 9], "s1": [1, 4, 7], "s2": [2, 5, 8]}
+    assert all(v.dtype.name == "int64" for v in groups.values())
