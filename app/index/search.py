@@ -27,11 +27,9 @@ from app.storage import Storage
 Mode = Literal["dense", "lexical", "hybrid"]
 
 
-class HitDict(TypedDict):
-    """A `Hit` as `ragline search --json` prints it and `app.train.rag_qa` reads it (`Hit.to_dict`)."""
+class ChunkFields(TypedDict):
+    """What every chunk carries, in an index's table and in a search hit."""
 
-    rank: int
-    score: float
     chunk_id: str
     doc_id: str
     chunk_index: int
@@ -40,6 +38,13 @@ class HitDict(TypedDict):
     text: str
     start_char: int
     end_char: int
+
+
+class HitDict(ChunkFields):
+    """A `Hit` as `ragline search --json` prints it and `app.train.rag_qa` reads it (`Hit.to_dict`)."""
+
+    rank: int
+    score: float
 
 
 @dataclass
@@ -62,17 +67,9 @@ class Hit:
                 "start_char": self.start_char, "end_char": self.end_char}
 
 
-class ChunkRow(TypedDict):
+class ChunkRow(ChunkFields):
     """One row of an index version's `chunks.parquet` (app.dataset.CHUNK_COLUMNS)."""
 
-    chunk_id: str
-    doc_id: str
-    chunk_index: int
-    source: str
-    title: str
-    text: str
-    start_char: int
-    end_char: int
     metadata: str
 
 
