@@ -38,6 +38,7 @@ class FileEntry(BaseModel):
 
 
 Precision = Literal["fp32", "bf16"]
+Runtime = Literal["torch", "openvino"]
 
 
 class EmbedderInfo(BaseModel):
@@ -46,6 +47,8 @@ class EmbedderInfo(BaseModel):
     dim: int
     precision: Precision = Field(default="fp32", description="What the vectors were computed at; questions are "
                                  "embedded at the same. Versions written before it existed are fp32.")
+    runtime: Runtime = Field(default="torch", description="What computed the vectors (PyTorch or OpenVINO); "
+                             "questions are embedded by the same. Versions written before it existed are torch.")
 
 
 class Manifest(BaseModel):

@@ -1,6 +1,6 @@
 """Ingest throughput: the Ragline Ray Data pipeline against a plain single-process script doing the same work.
 
-    .venv/bin/python benchmarks/ingest_bench.py --limit 1000 --repeats 3 [--precision-check] [--eval]
+    .venv/bin/python benchmarks/ingest_bench.py --limit 1000 --repeats 3 [--variant-check] [--eval]
 
 (a) pipeline: `run_ingest(..., build_index=False)` into a fresh temporary storage root per repeat, on a
     local Ray started once by this script (start-up not timed); overall and per-stage throughput from the
@@ -12,11 +12,13 @@
 
 The two run alternately `--repeats` times; medians are reported. The pipeline also does near-dedup (MinHash)
 and text normalisation, which the baseline skips: it carries that extra work. The pipeline embeds at
-`ingest.embed.precision` (default `auto`: bf16 on a CPU with native bf16), the baseline in fp32 as a plain script does.
+`ingest.embed.runtime` and `ingest.embed.precision` (default `auto`: OpenVINO in bf16 on a CPU with native bf16),
+the baseline in PyTorch fp32 as a plain script does.
 
-`--precision-check` measures what the embedder precision costs in quality, beside the speed: dense nDCG@10 on the
-SciFact dev queries with every corpus document embedded whole ("title\ntext", the model's 256-token truncation) in
-fp32 and in bf16, and the encoding time of each. The results go to `benchmarks/results/ingest-<date>.json`.
+`--variant-check` measures what the embedder's runtime and precision cost in quality, beside the speed: dense
+nDCG@10 on the SciFact dev queries with every corpus document embedded whole ("title\ntext", the model's 256-token
+truncation) by PyTorch and OpenVINO, each in fp32 and bf16, and the encoding time of each. The results go to
+`benchmarks/results/ingest-<date>.json`.
 """
 
 from __future__ import annotations
@@ -123,13 +125,18 @@ def run_pipeline(corpus: Path, cfg: Any, out_dir: Path) -> dict[str, Any]:
     manifest = Catalog(Storage(str(out_dir))).latest("datasets")
     assert manifest is not None
     return {"seconds": seconds, "report_wall_s": report["wall_s"], "precision": manifest.embedder.precision,
+            "runtime": manifest.embedder.runtime,
             "documents": report["documents"]["kept"],
             "documents_read": report["documents"]["read"], "dropped": report["documents"]["dropped"],
             "chunks": report["chunks"], "stages": report["stages"]}
 
 
-def precision_check(dataset_dir: Path, split: str) -> dict[str, Any]:
-    """Dense nDCG@10 over the whole corpus (one vector per document) and encode time, in fp32 and in bf16."""
+VARIANTS = (("torch", "fp32"), ("torch", "bf16"), ("openvino", "fp32"), ("openvino", "bf16"))
+
+
+def variant_check(dataset_dir: Path, split: str) -> dict[str, Any]:
+    """Dense nDCG@10 over the whole corpus (one vector per document) and encode time, for each embedder runtime
+    and precision; PyTorch fp32 (what a plain script runs) is the reference."""
     import numpy as np
 
     from app.eval.metrics import mean, ndcg_at_k
@@ -146,9 +153,9 @@ def precision_check(dataset_dir: Path, split: str) -> dict[str, Any]:
                 texts.append(embedder.embed_text(rec.get("title") or "", rec.get("text") or "", True))
     # longest first: each encode batch pads to a near-equal length, as the pipeline's embedder does
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-    out: dict[str, Any] = {"documents": len(texts), "queries": len(queries)}
-    for precision in ("fp32", "bf16"):
-        enc = embedder.Encoder("all-MiniLM-L6-v2", precision)  # type: ignore[arg-type]
+    out: dict[str, Any] = {"documents": len(texts), "queries": len(queries), "variants": {}}
+    for runtime, precision in VARIANTS:
+        enc = embedder.Encoder("all-MiniLM-L6-v2", precision, runtime=runtime)  # type: ignore[arg-type]
         t0 = time.perf_counter()
         docs = np.empty((len(texts), enc.dim), np.float32)
         docs[order] = enc.encode([texts[i] for i in order])
@@ -157,11 +164,13 @@ def precision_check(dataset_dir: Path, split: str) -> dict[str, Any]:
         scores = enc.encode([queries[q] for q in qids]) @ docs.T
         ndcg = mean(ndcg_at_k([ids[j] for j in np.argsort(-row)[:10]], qrels[q], 10)
                     for q, row in zip(qids, scores, strict=True))
-        out[precision] = {"ndcg@10": round(ndcg, 4), "encode_s": round(seconds, 1),
-                          "docs_per_s": round(len(texts) / seconds, 1)}
-        print(f"{precision}: dense nDCG@10 {ndcg:.4f}, corpus encoded in {seconds:.1f} s", flush=True)
-    out["ndcg_delta_bf16"] = round(out["bf16"]["ndcg@10"] - out["fp32"]["ndcg@10"], 4)
-    out["encode_speedup_bf16"] = round(out["fp32"]["encode_s"] / out["bf16"]["encode_s"], 2)
+        out["variants"][f"{runtime} {precision}"] = {"ndcg@10": round(ndcg, 4), "encode_s": round(seconds, 1),
+                                                     "docs_per_s": round(len(texts) / seconds, 1)}
+        print(f"{runtime} {precision}: dense nDCG@10 {ndcg:.4f}, corpus encoded in {seconds:.1f} s", flush=True)
+    ref = out["variants"]["torch fp32"]
+    for v in out["variants"].values():
+        v["ndcg_delta"] = round(v["ndcg@10"] - ref["ndcg@10"], 4)
+        v["encode_speedup"] = round(ref["encode_s"] / v["encode_s"], 2)
     return out
 
 
@@ -223,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also evaluate retrieval (nDCG@10, recall@100) on the BEIR dataset directory "
                     "holding --corpus, "
                     "split dev (ingests the whole corpus once)")
-    ap.add_argument("--precision-check", action="store_true",
-                    help="also compare dense nDCG@10 and encode speed of fp32 and bf16 on the whole corpus")
+    ap.add_argument("--variant-check", action="store_true",
+                    help="also compare dense nDCG@10 and encode speed of the embedder's runtimes and precisions "
+                    "on the whole corpus")
     ap.add_argument("--ray-address", default="local",
                     help="Ray to run the pipeline on (default: a private local one for the benchmark)")
     ap.add_argument("--eval-split", default="dev")
@@ -271,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "command": "python benchmarks/ingest_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "precision": pipeline_runs[-1]["precision"],
+        "precision": pipeline_runs[-1]["precision"], "runtime": pipeline_runs[-1]["runtime"],
         "corpus": str(args.corpus), "documents": n_docs, "limit": args.limit, "repeats": args.repeats,
         "cpus": cpus, "machine": {"platform": platform.platform(), "python": platform.python_version()},
         "config": {"chunk": cfg.ingest.chunk.model_dump(), "embed": cfg.ingest.embed.model_dump(),
@@ -281,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print_tables(result)
 
-    if args.precision_check:
-        result["precision_check"] = precision_check(args.corpus.parent, args.eval_split)
+    if args.variant_check:
+        result["variant_check"] = variant_check(args.corpus.parent, args.eval_split)
 
     if args.eval:
         from app import envs

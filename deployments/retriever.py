@@ -113,4 +113,4 @@ class Retriever:
 
 def _key(index: Index) -> str:
     info = index.manifest.embedder
-    return f"{info.name}@{info.revision}/{info.precision}"
+    return f"{info.name}@{info.revision}/{info.runtime}/{info.precision}"

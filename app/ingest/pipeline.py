@@ -18,7 +18,7 @@ import ray
 from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from app.catalog import Catalog, Manifest, Precision, now_iso
+from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig
 from app.dataset import DOCUMENTS_FILE, DOCUMENTS_FILE_SCHEMA, documents_files
 from app.errors import Conflict, RaglineError
@@ -169,25 +169,27 @@ def _embed_device(cfg: AppConfig) -> str:
     return "cuda" if cfg.ingest.embed.num_gpus > 0 else "cpu"
 
 
-def _precision(cfg: AppConfig, previous: Manifest | None) -> Precision:
-    """The embedder precision of this run: a dataset's versions all share one model, revision and precision
-    (their vectors are searched together); `auto` follows the existing versions, else the hardware."""
-    ec = cfg.ingest.embed
+def _variant(cfg: AppConfig, previous: Manifest | None) -> embedder.Variant:
+    """The embedder runtime and precision of this run: a dataset's versions all share one model, revision,
+    runtime and precision (their vectors are searched together); `auto` follows the existing versions, else the
+    hardware and the model."""
+    ec, device = cfg.ingest.embed, _embed_device(cfg)
     if previous is None:
-        return embedder.choose_precision(ec.precision, _embed_device(cfg))
+        return embedder.Variant(embedder.choose_runtime(ec.runtime, ec.model, device),
+                                embedder.choose_precision(ec.precision, device))
     had = previous.embedder
     if (had.name, had.revision) != (ec.model, embedder.revision(ec.model)):
         raise Conflict(f"dataset version {previous.version} was embedded with {had.name} ({had.revision}); "
                        f"ingest.embed.model is {ec.model}: use another storage root for another embedder")
-    if ec.precision not in ("auto", had.precision):
-        raise Conflict(f"dataset version {previous.version} was embedded in {had.precision}; "
-                       f"ingest.embed.precision is {ec.precision}: use 'auto' or {had.precision!r} here, or "
-                       "another storage root")
-    return had.precision
+    for field, wanted, was in (("precision", ec.precision, had.precision), ("runtime", ec.runtime, had.runtime)):
+        if wanted not in ("auto", was):
+            raise Conflict(f"dataset version {previous.version} was embedded with {field} {was}; "
+                           f"ingest.embed.{field} is {wanted}: use 'auto' or {was!r} here, or another storage root")
+    return embedder.Variant(had.runtime, had.precision)
 
 
 def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any,
-                  precision: Precision) -> ray.data.Dataset:
+                  variant: embedder.Variant) -> ray.data.Dataset:
     """The lazy Ray Data pipeline; nothing runs until it is written."""
     ic = cfg.ingest
     light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
@@ -220,7 +222,7 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
                                                            max_tasks_in_flight_per_actor=1),
                         num_cpus=ic.embed.num_cpus,
                         num_gpus=ic.embed.num_gpus or None,
-                        fn_constructor_kwargs={"ledger": ledger, "model": model_path, "precision": precision,
+                        fn_constructor_kwargs={"ledger": ledger, "model": model_path, "variant": variant,
                                                "encode_batch_size": ic.embed.encode_batch_size,
                                                "include_title": ic.embed.include_title,
                                                "device": _embed_device(cfg),
@@ -240,7 +242,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     inputs = expand(paths, cfg.ingest.read.max_file_bytes, cfg.ingest.read.follow_symlinks)
     catalog = Catalog(storage)
     previous = catalog.latest("datasets")
-    precision = _precision(cfg, previous)
+    variant = _variant(cfg, previous)
     t0 = time.time()
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -251,7 +253,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     if on_start:
         on_start(ledger)
     segment = f"datasets/segments/{run_id}"
-    ds = build_dataset(inputs, cfg, storage, run_id, ledger, precision)
+    ds = build_dataset(inputs, cfg, storage, run_id, ledger, variant)
     # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
     ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
                      ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
@@ -273,7 +275,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
         return report
     docs_rel = f"{segment}/{DOCUMENTS_FILE}"
     storage.write_bytes(docs_rel, _parquet_bytes(snap.get("kept_documents", []), DOCUMENTS_FILE_SCHEMA))
-    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report, precision)
+    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report, variant)
     report.dataset_version = manifest.version
     return report
 
@@ -321,7 +323,8 @@ def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage
 
 
 def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
-                     chunk_files: list[str], docs_rel: str, report: IngestReport, precision: Precision) -> Manifest:
+                     chunk_files: list[str], docs_rel: str, report: IngestReport,
+                     variant: embedder.Variant) -> Manifest:
     new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in [*chunk_files, docs_rel]]
     prev_counts = previous.counts if previous else {}
     dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
@@ -329,7 +332,7 @@ def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: s
     manifest = Manifest(
         kind="datasets", version=0, created_at=now_iso(), parent=previous.version if previous else None,
         inputs=[inputs.source(f) for f in inputs.files], run_id=run_id,
-        embedder=embedder.info(cfg.ingest.embed.model, dim, precision),
+        embedder=embedder.info(cfg.ingest.embed.model, dim, variant),
         counts={"documents": prev_counts.get("documents", 0) + report.documents.kept,
                 "chunks": prev_counts.get("chunks", 0) + report.chunks},
         files=[*(previous.files if previous else []), *new_files],

