@@ -12,7 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send  # ASGI's, as
 
 from app import apikeys
 
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz"})  # liveness probes carry no key
 
 
 def error_body(kind: str, message: str) -> bytes:
@@ -29,8 +29,11 @@ async def send_error(send: Send, status: int, kind: str, message: str,
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int,
+                 open_paths: frozenset[str] = frozenset()):
+        """`open_paths`: more paths served without a key (static files that hold no data)."""
         self.app, self.keys, self.max_body = app, keys, max_body_bytes
+        self.open_paths = OPEN_PATHS | open_paths
         self.requests = Counter("ragline_http_requests_total", description="HTTP requests by route and status.",
                                 tag_keys=("route", "status"))
 
@@ -51,7 +54,7 @@ class Guard:
             self.requests.inc(tags={"route": route, "status": str(status["code"])})
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["path"] not in OPEN_PATHS:
+        if scope["path"] not in self.open_paths:
             headers = dict(scope["headers"])
             scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
             if scheme.lower() != "bearer" or not self.keys.matches(key.strip()):

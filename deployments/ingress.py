@@ -17,7 +17,7 @@ from app.catalog import Catalog
 from app.config import ApiConfig
 from app.models import embedder
 from app.rag.flow import RagFlow
-from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ranking, Retrieved, StageReady
+from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ranking, Retrieved, Source, StageReady
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
 from deployments.guard import Guard
@@ -49,13 +49,21 @@ class HandleBackends:
         return await self.reranker.rerank.remote(query, documents, top_n, retrieved)
 
     async def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
-        # closing this generator (client gone, timeout) cancels the generator replica's stream
         pieces: Any = self.generator.options(stream=True).stream.remote(question, passages, generation)
-        async for piece in pieces:
-            yield piece
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:
+            # Closed early (a client gone, a deadline): Starlette ends a streaming response whose client left by
+            # cancelling its own task, not the Serve request, so Serve's propagation of a cancelled request to
+            # the calls it made never fires. Cancel the generator replica's stream here: that aborts the sequence.
+            pieces.cancel()
 
     async def embed(self, texts: list[str]) -> Embedded:
         return await self.retriever.embed.remote(texts)
+
+    async def source(self, chunk_id: str) -> Source:
+        return await self.retriever.source.remote(chunk_id)
 
     async def ready(self) -> dict[str, StageReady]:
         async def part(handle: DeploymentHandle) -> StageReady:
@@ -114,12 +122,13 @@ class IngressArgs:
 class Ingress:
     def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle,
                  storage: str, args: IngressArgs):
-        keys, where = apikeys.ring(Storage(storage), args.api_keys_file)
+        root = Storage(storage)
+        keys, where = apikeys.ring(root, args.api_keys_file)
         log.info("API keys from %s", where)
-        self.embedder = IndexEmbedder(Storage(storage), args.index_version, args.embedder, args.poll_interval_s)
+        self.embedder = IndexEmbedder(root, args.index_version, args.embedder, args.poll_interval_s)
         flow = RagFlow(HandleBackends(retriever, reranker, generator), candidates=args.candidates,
                        observe=stage_latency())
-        self.api = build_api(flow, args.api, keys, generator=args.generator, embedder=self.embedder)
+        self.api = build_api(flow, args.api, keys, generator=args.generator, embedder=self.embedder, storage=root)
 
     def __serve_build_asgi_app__(self) -> Guard:
         return self.api

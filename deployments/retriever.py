@@ -17,10 +17,10 @@ from ray.util.metrics import Gauge
 
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
-from app.errors import NotReady
+from app.errors import NotFound, NotReady
 from app.index.search import Index, Mode
 from app.models import embedder
-from app.rag.protocol import Embedded, Passage, Retrieved, StageReady
+from app.rag.protocol import Embedded, Passage, Retrieved, Source, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
 
@@ -98,6 +98,16 @@ class Retriever:
         key = _key(index)
         vectors = await asyncio.gather(*(self._embed((key, t)) for t in texts))
         return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v in vectors])
+
+    async def source(self, chunk_id: str) -> Source:
+        index = self._serving()
+        found = await asyncio.to_thread(index.in_document, chunk_id)
+        if found is None:
+            raise NotFound(f"chunk {chunk_id!r} is not in index version {index.version}")
+        c, document = found
+        return Source(index_version=index.version, chunk_id=c["chunk_id"], doc_id=c["doc_id"], source=c["source"],
+                      title=c["title"], chunk_index=c["chunk_index"], start_char=c["start_char"],
+                      end_char=c["end_char"], document=document)
 
     def ready(self) -> RetrieverReady:
         if self.index is None:

@@ -10,7 +10,7 @@ from app.cli.context import Context
 from app.cli.index import search
 from app.cli.ingest import ingest
 from app.cli.render import out
-from app.cli.serve import query, serve
+from app.cli.serve import ENDPOINT_FILE, query, serve
 from app.demo_corpus import DEMO_QUESTION, write_demo_corpus
 from app.errors import UserError
 
@@ -35,3 +35,6 @@ def demo(
     out.print("[bold]4/4[/] serving the RAG graph on Ray Serve and asking it over HTTP")
     serve(ctx, serve_config=None, port=port, api_keys_file=None, as_json=False)
     query(ctx, question, url=None, key=None, k=5, as_json=False)
+    url = str(c.storage.read_json(ENDPOINT_FILE)["url"])
+    out.print(f"\nThe endpoint stays up: ask more in the web console at [bold]{url}/[/] with the API key (see "
+              "above), or with `ragline query`. `ray stop` ends it.", soft_wrap=True)

@@ -62,8 +62,11 @@ def serve(
         url = serving.url_of(schema)
     c.storage.write_json(ENDPOINT_FILE, {"url": url})
     if as_json:
-        return print_json({"url": url, "api_keys": where, **({"new_api_key": new_key} if new_key else {})})
+        return print_json({"url": url, "console": f"{url}/", "api_keys": where,
+                           **({"new_api_key": new_key} if new_key else {})})
     out.print(f"Ragline is serving at [bold]{url}[/]  (OpenAI base URL: {url}/v1)")
+    out.print(f"Web console: [bold]{url}/[/]  (ask with cited, streamed answers; see runs, versions and models: "
+              "it asks for an API key)", soft_wrap=True)
     if new_key:
         out.print(f"API key (generated now, shown once; kept in {where}):\n  {new_key}")
     else:

@@ -9,10 +9,8 @@ for error analysis) and logged to MLflow (experiment `ragline-eval`).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -26,11 +24,11 @@ from pydantic import BaseModel
 from app import tracking
 from app.catalog import Catalog, now_iso
 from app.errors import Unavailable, UserError
+from app.eval import RUNS, new_run_id
 from app.qa import metrics as am
 from app.qa.questions import Question, load_questions, sample
 from app.storage import Storage
 
-RUNS = "runs/eval"
 EXPERIMENT = "ragline-eval"
 PER_ACTOR = 4  # most requests one asking actor keeps in flight
 
@@ -236,7 +234,7 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
         raise Unavailable(f"every request failed; the first: {rows[0]['error']}")
     scored = score(questions, rows, {c["chunk_id"]: c["text"] for c in chunks}, idk)
     generator = next((r["model"] for r in reversed(rows) if r["model"]), "")
-    run_id = f"answers-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run_id = new_run_id("answers")
     report = summarize(scored, run_id=run_id, dataset=dataset.name, split=split, index_version=version,
                        generator=generator, top_k=top_k, wall_s=wall, started_at=started)
     save(storage, report, scored)

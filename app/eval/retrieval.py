@@ -4,12 +4,14 @@ then mean nDCG@k and recall@k per search mode, with chunk hits collapsed to docu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from tqdm import tqdm
 
+from app.catalog import now_iso
 from app.config import AppConfig
 from app.errors import NotFound, UserError
+from app.eval import RUNS, new_run_id
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
 from app.models import cross_encoder
 from app.qa.beir import load_beir
@@ -22,8 +24,11 @@ MODES = ("dense", "lexical", "hybrid")
 
 
 class RetrievalEval(TypedDict):
-    """`evaluate_retrieval`'s result (`ragline eval retrieval --json` prints it)."""
+    """`evaluate_retrieval`'s result (`ragline eval retrieval --json` prints it), stored as `runs/eval/<run_id>.json`
+    in the storage root."""
 
+    run_id: str  # retrieval-<UTC time>-<hex>
+    finished_at: str  # ISO 8601, UTC
     dataset: str  # the dataset directory's name
     split: str
     queries: int  # judged queries evaluated
@@ -90,6 +95,8 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
                     reranked[f"{mode}+{name}"].append(ndcg_at_k(collapse_to_docs([hits[i].doc_id for i in order]),
                                                                 qrels[qid], k_ndcg))
     result: RetrievalEval = {
+        "run_id": new_run_id("retrieval"),
+        "finished_at": now_iso(),
         "dataset": dataset_dir.name,
         "split": split,
         "queries": len(qids),
@@ -103,7 +110,15 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
         result["reranker"] = scorer.name
         result["rerank_top"] = rerank_top
         result["retriever_weight"] = rr.retriever_weight
+    Storage(storage_root).write_json(f"{RUNS}/{result['run_id']}.json", result)
     return result
+
+
+def load_retrieval_runs(storage: Storage) -> list[RetrievalEval]:
+    """Stored retrieval evaluations, oldest first."""
+    names = sorted(n for n in storage.listdir(RUNS) if n.startswith("retrieval-") and n.endswith(".json")
+                   and ".tmp-" not in n)
+    return [cast(RetrievalEval, storage.read_json(f"{RUNS}/{n}")) for n in names]
 
 
 class Reranking:

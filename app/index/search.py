@@ -8,7 +8,7 @@ import functools
 import hashlib
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 import faiss
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from app.catalog import Catalog, Manifest
@@ -106,6 +107,16 @@ def rows_by_value(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
     bounds = np.searchsorted(ids[order], np.arange(len(codes.dictionary) + 1))
     return {value: order[bounds[i]:bounds[i + 1]].astype(np.int64)
             for i, value in enumerate(codes.dictionary.to_pylist())}
+
+
+def document_text(spans: Iterable[tuple[int, int, str]]) -> str:
+    """A document's text from its chunks, given as (start_char, end_char, text): overlaps kept once, gaps (the
+    whitespace between two chunks) as spaces, so every chunk's offsets index into the result."""
+    text = ""
+    for start, end, piece in sorted(spans):
+        if end > len(text):
+            text = text.ljust(start) + piece[max(len(text) - start, 0):]
+    return text
 
 
 @functools.lru_cache(maxsize=256)
@@ -204,6 +215,19 @@ class Index:
                 lexical = [i for i, _ in self.lexical_search(query, n, allowed)]
                 ranked = rrf([dense, lexical], [cfg.dense_weight, cfg.lexical_weight], cfg.rrf_k)[:k]
         return [self._hit(rank, i, score) for rank, (i, score) in enumerate(ranked[:k], start=1)]
+
+    def in_document(self, chunk_id: str) -> tuple[ChunkRow, str] | None:
+        """A chunk and the text of its document as this index's chunks cover it (the chunk's `start_char` and
+        `end_char` index into it); None if no chunk has that id. Chunks overlap or meet at whitespace, so the text
+        is the normalised document's, with any whitespace between two chunks as spaces."""
+        table = self.chunks.table
+        row = pc.index(table.column("chunk_id"), chunk_id).as_py()  # a vectorised scan: ms at a million chunks
+        if row < 0:
+            return None
+        chunk = self.chunks[row]
+        siblings = table.filter(pc.equal(table.column("doc_id"), chunk["doc_id"]))
+        spans = zip(*(siblings.column(c).to_pylist() for c in ("start_char", "end_char", "text")), strict=True)
+        return chunk, document_text(spans)
 
     def _hit(self, rank: int, row: int, score: float) -> Hit:
         c = self.chunks[row]

@@ -21,6 +21,7 @@ from app.rag.protocol import (
     Passage,
     Ranking,
     Retrieved,
+    Source,
     StageReady,
 )
 
@@ -80,6 +81,9 @@ class RagFlow:
 
     async def embed(self, texts: list[str]) -> Embedded:
         return await self.stage("embed", {}, self.backends.embed(texts))
+
+    async def source(self, chunk_id: str) -> Source:
+        return await self.backends.source(chunk_id)
 
     async def ready(self) -> dict[str, StageReady]:
         return await self.backends.ready()

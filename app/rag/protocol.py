@@ -54,6 +54,22 @@ class Ranking:
 
 
 @dataclass(frozen=True, slots=True)
+class Source:
+    """A cited chunk in its document, for a reader to open: `document` is the document's text as the served index
+    holds it, and `document[start_char:end_char]` is the chunk."""
+
+    index_version: int
+    chunk_id: str
+    doc_id: str
+    source: str
+    title: str
+    chunk_index: int
+    start_char: int
+    end_char: int
+    document: str
+
+
+@dataclass(frozen=True, slots=True)
 class Embedded:
     model: str
     vectors: list[list[float]]
@@ -109,6 +125,8 @@ class Backends(Protocol):
     def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]: ...
 
     async def embed(self, texts: list[str]) -> Embedded: ...
+
+    async def source(self, chunk_id: str) -> Source: ...  # NotFound if the served index has no such chunk
 
     async def ready(self) -> dict[str, StageReady]: ...  # per stage ("retriever", "reranker", "generator")
 

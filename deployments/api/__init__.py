@@ -15,7 +15,8 @@ from ray.util.metrics import Histogram
 from app import apikeys
 from app.config import ApiConfig
 from app.rag.flow import RagFlow
-from deployments.api import chat, errors, health, query, retrieval
+from app.storage import Storage
+from deployments.api import chat, console, errors, health, query, retrieval
 from deployments.api.edge import Edge, ServedEmbedder
 from deployments.guard import Guard
 
@@ -30,11 +31,13 @@ def stage_latency() -> Callable[[str, float], None]:
 
 
 def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator: str,
-              embedder: ServedEmbedder) -> Guard:
-    """The guarded ASGI app. `generator`: the served generator's name (/v1/models)."""
+              embedder: ServedEmbedder, storage: Storage) -> Guard:
+    """The guarded ASGI app. `generator`: the served generator's name (/v1/models); `storage`: the root whose runs
+    and versions the console shows."""
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
     edge = Edge(flow, api, generator, embedder)
     for module in (health, retrieval, query, chat):
         app.include_router(module.router(edge))
-    return Guard(app, keys, api.max_body_bytes)
+    app.include_router(console.router(edge, storage))
+    return Guard(app, keys, api.max_body_bytes, open_paths=console.OPEN_PATHS)

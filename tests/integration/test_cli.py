@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from ray import serve
 
 from tests.helpers import free_port
@@ -131,6 +132,11 @@ def test_demo_main_job(tmp_path, ray_cluster):
         answer = done.stdout.split("A: ", 1)[1]
         assert answer.split("\n", 1)[0].strip() and "[1] " in answer and "demo-corpus" in answer
         assert "index v1" in answer
+        # ... and tells where the web console is: the same port, the page shipped in the package
+        assert f"Web console: http://127.0.0.1:{port}/ " in done.stdout
+        assert f"web console at http://127.0.0.1:{port}/ " in done.stdout
+        page = httpx.get(f"http://127.0.0.1:{port}/", timeout=10)
+        assert page.status_code == 200 and "<title>Ragline console</title>" in page.text
         again = run("--storage", store, "--address", ray_cluster, "demo", "--port", port)  # idempotent
         assert again.returncode == 0 and "nothing new to add" in again.stdout and "A: " in again.stdout
         assert "generated now" not in again.stdout  # the key was printed once

@@ -12,9 +12,10 @@ from ray.serve.exceptions import BackPressureError
 
 from app import apikeys
 from app.config import ServeConfig
-from app.errors import NotReady
+from app.errors import NotFound, NotReady
 from app.rag.flow import RagFlow
-from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved
+from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved, Source
+from app.storage import Storage
 from deployments.api import build_api
 
 KEY = "test-key"
@@ -61,6 +62,14 @@ class FakeStages:
         self._maybe_fail("embed")
         return Embedded(model="all-MiniLM-L6-v2", vectors=[[0.5, -0.25, 1.0] for _ in texts])
 
+    async def source(self, chunk_id):
+        self._maybe_fail("source")
+        if chunk_id != HIT.chunk_id:
+            raise NotFound(f"chunk {chunk_id!r} is not in index version 3")
+        document = f"{HIT.text} Lions watch them from the bank."
+        return Source(index_version=3, chunk_id=HIT.chunk_id, doc_id=HIT.doc_id, source=HIT.source, title=HIT.title,
+                      chunk_index=0, start_char=HIT.start_char, end_char=HIT.end_char, document=document)
+
     async def ready(self):
         ok = "retrieve" not in self.fail
         return {"retriever": {"ready": ok}, "reranker": {"ready": True, "reranker": "none"},
@@ -76,10 +85,10 @@ class WordCounter:
         return len(text.split())
 
 
-def serve_api(stages, cfg, keys):
+def serve_api(stages, cfg, keys, storage):
     """The API as the Ingress builds it, over the fakes (candidates: 0, no reranker configured)."""
     return build_api(RagFlow(stages, candidates=0), cfg.api, apikeys.KeyRing.of(keys),
-                     generator="SmolLM2-135M-Instruct", embedder=WordCounter())
+                     generator="SmolLM2-135M-Instruct", embedder=WordCounter(), storage=storage)
 
 
 @pytest.fixture
@@ -88,12 +97,17 @@ def stages():
 
 
 @pytest.fixture
-def client(stages):
+def storage(tmp_path):
+    return Storage(str(tmp_path / "store"))
+
+
+@pytest.fixture
+def client(stages, storage):
     cfg = ServeConfig()
     cfg.api.max_question_tokens = 20
     cfg.api.max_body_bytes = 2048
     cfg.api.request_timeout_s = 0.5
-    api = serve_api(stages, cfg, [KEY, "second-key"])
+    api = serve_api(stages, cfg, [KEY, "second-key"], storage)
     return TestClient(api, raise_server_exceptions=False)  # as a real server: the 500 response, not a raise
 
 
@@ -222,12 +236,12 @@ def test_bad_query_bodies_are_422_naming_the_field(client, body, field):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
      "messages.0.content"),
 ])
-def test_every_list_and_text_is_bounded_and_bad_unicode_is_422(stages, path, body, message):
+def test_every_list_and_text_is_bounded_and_bad_unicode_is_422(stages, storage, path, body, message):
     cfg = ServeConfig()
     cfg.api = cfg.api.model_copy(update={
         "max_sources": 3, "max_source_chars": 32, "max_question_chars": 100, "max_rerank_documents": 4,
         "max_embed_inputs": 4, "max_document_chars": 64, "max_messages": 6, "max_message_chars": 64, "max_stop": 2})
-    api = serve_api(stages, cfg, [KEY])
+    api = serve_api(stages, cfg, [KEY], storage)
     raw = json.dumps(body).encode()  # a lone surrogate goes out as JSON's own escape, as a client sends it
     r = TestClient(api).post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
     assert message in error(r, 422, "invalid_request")["message"]
@@ -329,3 +343,57 @@ def test_questions_are_measured_by_the_served_indexs_embedder(tmp_path):
         assert pinned.name == "sentence-transformers/all-MiniLM-L6-v2"
     follow.watcher.stop()
     pinned.watcher.stop()
+
+
+def test_the_console_loads_without_a_key_and_everything_it_shows_needs_one(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="/console/console.js"' in page.text
+    for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+        r = client.get(f"/console/{name}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+        assert "https://" not in r.text, "shipped in the package: nothing from a CDN"
+    error(client.get("/console/index.py", headers=AUTH), 404, "not_found")
+    for path in ("/v1/status", "/v1/chunks/c1", "/console/index.py"):
+        error(client.get(path), 401, "unauthorized")
+    assert "/v1/status" in client.get("/openapi.json", headers=AUTH).json()["paths"]
+
+
+def test_a_cited_chunk_opens_in_its_document(client):
+    r = client.get(f"/v1/chunks/{HIT.chunk_id}", headers=AUTH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["document"][body["start_char"]:body["end_char"]] == HIT.text
+    assert (body["doc_id"], body["title"], body["source"], body["index_version"]) == ("zebra", "Zebras", HIT.source, 3)
+    assert "not in index version 3" in error(client.get("/v1/chunks/nope", headers=AUTH), 404, "not_found")["message"]
+    error(client.get(f"/v1/chunks/{'x' * 200}", headers=AUTH), 422, "invalid_request")
+
+
+def test_status_shows_runs_versions_and_evaluations_from_storage(client, storage):
+    from app.eval import answers
+    from app.services.runs import ingest_run_store
+
+    assert client.get("/v1/status", headers=AUTH).json() == {
+        "storage": storage.uri, "ingest_runs": [], "datasets": [], "indexes": [], "models": [], "training_runs": [],
+        "evals": {"answers": [], "retrieval": []}}
+    report = {"documents": {"read": 7, "kept": 5, "dropped": {"empty": 1, "exact_duplicate": 0, "unreadable": 1}},
+              "inputs": {"files": 7, "unreadable_files": 1, "skipped_files": [], "refused_files": []},
+              "quarantined": [{"source": "/d/bad.html", "reason": "ParserRejectedMarkup", "detail": "bad tag"}],
+              "chunks": 9, "dataset_version": 1, "index_version": 1}
+    ingest_run_store(storage).save({"run_id": "r1", "state": "succeeded", "paths": ["/d"], "report": report,
+                                    "submitted_at": "2026-11-25T10:00:00+00:00"})
+    ingest_run_store(storage).save({"run_id": "r2", "state": "failed", "error": "UserError: no files",
+                                    "submitted_at": "2026-11-25T11:00:00+00:00"})
+    evaluated = answers.AnswerEvalReport(
+        run_id="answers-1", dataset="qs.jsonl", split="dev", questions=1, errors=0, index_version=1,
+        generator="sft:v2", top_k=5, exact_match=100.0, f1=100.0, citation_accuracy=1.0, gold_in_context=1.0,
+        idk_rate=0.0, answer_tokens=3.0, latency_p50_s=0.5, latency_p95_s=0.5, tokens_per_s=6.0, wall_s=1.0,
+        started_at="2026-11-25T12:00:00+00:00")
+    answers.save(storage, evaluated, [])
+    status = client.get("/v1/status", headers=AUTH).json()
+    assert [r["run_id"] for r in status["ingest_runs"]] == ["r2", "r1"], "newest first"
+    failed, done = status["ingest_runs"]
+    assert failed["error"] == "UserError: no files" and failed["read"] is None and failed["quarantined"] == []
+    assert (done["read"], done["kept"], done["dropped"]) == (7, 5, {"empty": 1, "unreadable": 1})
+    assert done["quarantined"][0]["reason"] == "ParserRejectedMarkup" and done["index_version"] == 1
+    assert status["evals"]["answers"][0]["generator"] == "sft:v2" and status["evals"]["answers"][0]["f1"] == 100.0

@@ -1,6 +1,6 @@
 import pyarrow as pa
 
-from app.index.search import ChunkTable, rows_by_value
+from app.index.search import ChunkTable, document_text, rows_by_value
 
 
 def table(n: int) -> pa.Table:
@@ -23,3 +23,14 @@ def test_rows_by_value_groups_every_row_once_in_order():
     groups = rows_by_value(table(10).column("source"))
     assert {k: v.tolist() for k, v in groups.items()} == {"s0": [0, 3, 6, 9], "s1": [1, 4, 7], "s2": [2, 5, 8]}
     assert all(v.dtype.name == "int64" for v in groups.values())
+
+
+def test_a_document_is_rebuilt_from_its_chunks_so_their_offsets_index_into_it():
+    text = "Zebras cross the Mara river every July, and wildebeest follow them."
+    w = text.index("wildebeest")
+    spans = [(0, 27, text[0:27]), (17, w - 1, text[17:w - 1]), (w, len(text), text[w:])]  # overlap, then a gap
+    rebuilt = document_text(reversed(spans))  # in any order
+    assert rebuilt == text
+    assert all(rebuilt[start:end] == piece for start, end, piece in spans)
+    assert document_text([(4, 9, "cross")]) == "    cross"  # a gap before the first chunk keeps the offsets too
+    assert document_text([]) == ""

@@ -24,7 +24,7 @@ LAYERS: list[set[str]] = [
     {"app.indexing"},  # ingest → index build
     {"app.train", "app.eval"},
     {"app.services", "app.serving", "app.remote"},  # long-lived actors, Serve deployment, job submission
-    {"app.promotion"},  # evaluates through the served graph before promoting
+    {"app.promotion", "app.overview"},  # evaluates through the served graph; what runs and is published
     {"deployments"},  # the Serve graph
     {"app.cli"},
 ]
