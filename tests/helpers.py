@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.storage import Storage
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"  # 41 instruction records
@@ -97,3 +99,15 @@ def metric_history(record: dict, key: str) -> list[tuple[int, float]]:
 
     client = tracking.client(record["mlflow"]["uri"])
     return sorted((m.step, m.value) for m in client.get_metric_history(record["mlflow"]["run_id"], key))
+
+
+def train_sft(storage: Storage, tiny_lm: str, name: str) -> int:
+    """A short `ragline train sft` run of the tiny Llama; the version it published."""
+    from app.train.config import TrainJobConfig
+    from app.train.run import run_training
+
+    record = run_training(TrainJobConfig.model_validate({
+        "task": "sft", "name": name, "model": tiny_lm, "num_workers": 1, "batch_size": 2, "max_steps": 2,
+        "sft": {"paths": [str(SAMPLE)], "max_length": 128}}), storage)
+    assert record["state"] == "succeeded", record
+    return int(record["model"]["version"])

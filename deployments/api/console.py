@@ -13,9 +13,9 @@ from fastapi.responses import FileResponse
 
 from app.errors import NotFound
 from app.overview import Overview, overview
+from app.rag.protocol import Source
 from app.storage import Storage
 from deployments.api.edge import Edge
-from deployments.api.views import SourceView
 
 PAGE = Path(__file__).resolve().parents[1] / "console"
 ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}  # what /console/<name> serves
@@ -37,13 +37,10 @@ def router(edge: Edge, storage: Storage) -> APIRouter:
             raise NotFound(f"/console/{name} is not a file of the console")
         return FileResponse(PAGE / name, media_type=ASSETS[name])
 
-    @r.get("/v1/chunks/{chunk_id}", response_model=dict[str, object])  # the body as built (views.py)
-    async def chunk(chunk_id: Annotated[str, fastapi.Path(max_length=CHUNK_ID_CHARS)]) -> SourceView:
+    @r.get("/v1/chunks/{chunk_id}")
+    async def chunk(chunk_id: Annotated[str, fastapi.Path(max_length=CHUNK_ID_CHARS)]) -> Source:
         """A chunk of the served index in its document: `document[start_char:end_char]` is the chunk."""
-        s = await edge.flow.source(chunk_id)
-        return SourceView(index_version=s.index_version, chunk_id=s.chunk_id, doc_id=s.doc_id, source=s.source,
-                          title=s.title, chunk_index=s.chunk_index, start_char=s.start_char, end_char=s.end_char,
-                          document=s.document)
+        return await edge.flow.source(chunk_id)
 
     @r.get("/v1/status", response_model=dict[str, object])
     async def status() -> Overview:

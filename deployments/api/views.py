@@ -33,20 +33,6 @@ class Hit(TypedDict):
     end_char: int
 
 
-class SourceView(TypedDict):
-    """/v1/chunks/{chunk_id}: `app.rag.protocol.Source`, field by field."""
-
-    index_version: int
-    chunk_id: str
-    doc_id: str
-    source: str
-    title: str
-    chunk_index: int
-    start_char: int
-    end_char: int
-    document: str
-
-
 class RetrieveResponse(TypedDict):
     index_version: int
     mode: str

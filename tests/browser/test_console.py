@@ -20,9 +20,7 @@ from app.catalog import Catalog
 from app.config import load_config
 from app.services.ingest import get_or_start as ingest_service
 from app.storage import Storage
-from app.train.config import TrainJobConfig
-from app.train.run import run_training
-from tests.helpers import PLANTED, ROOT, SAMPLE, free_port, write_corpus
+from tests.helpers import PLANTED, ROOT, free_port, train_sft, write_corpus
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium on a machine with no network: no background connections, no first-run work (they fail, slowly)
@@ -54,10 +52,7 @@ def console(ray_cluster, tmp_path_factory, tiny_lm):
     assert run["state"] == "succeeded", run
     ray.kill(service)
     # a training run, so Operate has loss and tokens/s to plot (two steps of a tiny model: the plots are under test)
-    trained = run_training(TrainJobConfig.model_validate({
-        "task": "sft", "name": "console-sft", "model": tiny_lm, "num_workers": 1, "batch_size": 2, "max_steps": 2,
-        "sft": {"paths": [str(SAMPLE)], "max_length": 128}}), storage)
-    assert trained["state"] == "succeeded", trained
+    train_sft(storage, tiny_lm, "console-sft")
     schema = serving.load_serve_config(None, storage, None, OVERRIDES, deployment_options=DEPLOYMENT_OPTIONS)
     schema.http_options.port = free_port()
     serving.deploy(schema, timeout_s=600)

@@ -22,7 +22,7 @@ from app.config import load_config
 from app.indexing import run_ingest
 from app.models.cross_encoder import rerank_order
 from app.storage import Storage
-from tests.helpers import PLANTED, ROOT, SAMPLE, free_port, write_corpus
+from tests.helpers import PLANTED, ROOT, free_port, train_sft, write_corpus
 
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
@@ -39,18 +39,6 @@ DEPLOYMENT_OPTIONS = {
 # a long one.
 OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
              "serve.poll_interval_s=0.5"]
-
-
-def train_sft(storage: Storage, tiny_lm: str, name: str) -> int:
-    """A short `ragline train sft` run of the tiny Llama; the version it published."""
-    from app.train.config import TrainJobConfig
-    from app.train.run import run_training
-
-    record = run_training(TrainJobConfig.model_validate({
-        "task": "sft", "name": name, "model": tiny_lm, "num_workers": 1, "batch_size": 2, "max_steps": 2,
-        "sft": {"paths": [str(SAMPLE)], "max_length": 128}}), storage)
-    assert record["state"] == "succeeded", record
-    return int(record["model"]["version"])
 
 
 @pytest.fixture(scope="module")
