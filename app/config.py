@@ -36,7 +36,8 @@ class ReadConfig(_Config):
         default=0.25,
         ge=0.0,
         le=1.0,
-        description="Largest fraction of input files that may be unreadable (quarantined) before the run fails.",
+        description="Largest fraction of input files that may be unreadable (quarantined) before the run fails; "
+        "one unreadable file never fails a run.",
     )
     max_file_bytes: int = Field(
         default=256 << 20, ge=1,

@@ -135,6 +135,13 @@ class IngestReport(BaseModel):
         return cast(IngestReportDict, self.model_dump(exclude_unset=True))
 
 
+def too_many_unreadable(unreadable: int, files: int, max_fraction: float) -> bool:
+    """Whether a run fails for its unreadable (quarantined) files: more than `max_fraction` of them, and never for
+    one alone (one bad file in a corpus of three is that file's problem, quarantined; many say the input or a
+    setting is wrong, and publishing the rest would hide it)."""
+    return unreadable > 1 and unreadable > max_fraction * files
+
+
 def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
@@ -262,7 +269,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0)
     assert reconcile(snap), f"ingest counts do not reconcile: {report.documents.model_dump()}"
     files = inputs.files
-    if snap["files"]["unreadable"] > cfg.ingest.read.max_error_fraction * len(files):
+    if too_many_unreadable(snap["files"]["unreadable"], len(files), cfg.ingest.read.max_error_fraction):
         bad = sorted(snap["quarantined"], key=lambda q: q["source"])
         names = "; ".join(f"{q['source']}: {q['reason']}" for q in bad)
         raise IngestError(f"{snap['files']['unreadable']} of {len(files)} input files are unreadable (more than "

@@ -60,3 +60,12 @@ def test_markdown_title_text_and_latin1():
 def test_unsupported_type():
     with pytest.raises(Unreadable, match="unsupported file type '.pdf'"):
         parse_file("a.pdf", b"%PDF", CFG)
+
+
+def test_one_unreadable_file_never_fails_a_run_many_do():
+    from app.ingest.pipeline import too_many_unreadable
+
+    assert not too_many_unreadable(1, 1, 0.25) and not too_many_unreadable(1, 3, 0.0), "one bad file: quarantined"
+    assert not too_many_unreadable(0, 5, 0.0)
+    assert too_many_unreadable(2, 3, 0.5) and not too_many_unreadable(2, 4, 0.5)  # over the fraction, not at it
+    assert too_many_unreadable(3, 10, 0.25) and not too_many_unreadable(3, 12, 0.25)
