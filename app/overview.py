@@ -124,17 +124,18 @@ def _training_runs(storage: Storage) -> RunStore[_TrainRecord]:
 
 
 def _ingest_run(r: IngestRunRecord) -> IngestRunView:
-    report = r.get("report")
-    documents = report["documents"] if report else None
-    return {"run_id": r["run_id"], "state": r["state"], "paths": r.get("paths", []),
-            "submitted_at": r.get("submitted_at"), "finished_at": r.get("finished_at"), "error": r.get("error"),
-            "read": documents["read"] if documents else None, "kept": documents["kept"] if documents else None,
-            "dropped": {k: n for k, n in documents["dropped"].items() if n} if documents else {},
-            "quarantined": report["quarantined"] if report else [],
-            "refused": report["inputs"]["refused_files"] if report else [],
-            "chunks": report["chunks"] if report else None,
-            "dataset_version": report.get("dataset_version") if report else None,
-            "index_version": report.get("index_version") if report else None}
+    view: IngestRunView = {
+        "run_id": r["run_id"], "state": r["state"], "paths": r.get("paths", []), "submitted_at": r.get("submitted_at"),
+        "finished_at": r.get("finished_at"), "error": r.get("error"), "read": None, "kept": None, "dropped": {},
+        "quarantined": [], "refused": [], "chunks": None, "dataset_version": None, "index_version": None}
+    if report := r.get("report"):  # a succeeded run's counts
+        documents = report["documents"]
+        view.update({"read": documents["read"], "kept": documents["kept"],
+                     "dropped": {reason: n for reason, n in documents["dropped"].items() if n},
+                     "quarantined": report["quarantined"], "refused": report["inputs"]["refused_files"],
+                     "chunks": report["chunks"], "dataset_version": report.get("dataset_version"),
+                     "index_version": report.get("index_version")})
+    return view
 
 
 def _versions(catalog: Catalog, kind: Kind) -> list[VersionView]:
