@@ -50,14 +50,18 @@ class HandleBackends:
 
     async def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
         pieces: Any = self.generator.options(stream=True).stream.remote(question, passages, generation)
+        finished = False
         try:
             async for piece in pieces:
                 yield piece
+            finished = True
         finally:
             # Closed early (a client gone, a deadline): Starlette ends a streaming response whose client left by
             # cancelling its own task, not the Serve request, so Serve's propagation of a cancelled request to
             # the calls it made never fires. Cancel the generator replica's stream here: that aborts the sequence.
-            pieces.cancel()
+            # A finished stream needs no cancel (it would cost a ray.cancel round trip on every request).
+            if not finished:
+                pieces.cancel()
 
     async def embed(self, texts: list[str]) -> Embedded:
         return await self.retriever.embed.remote(texts)
