@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: `app` for the scale table
+    sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 MODE_NAMES = {"dense": "dense (MiniLM)", "lexical": "BM25", "hybrid": "hybrid (RRF)"}
@@ -186,6 +188,11 @@ def serve_table(r: dict[str, Any], source: str) -> str:
 
 
 def scale_table(r: dict[str, Any], source: str) -> str:
+    """The "Ragline builds" column is what the code's defaults build at each size today (`dense_kind`)."""
+    from app.config import IndexConfig
+    from app.index.build import dense_kind
+
+    defaults = IndexConfig()
     lines = [
         f"SciFact's MiniLM vectors grown to each size by noisy copies, {r['queries']} SciFact queries, top 10, one "
         f"query at a time on 2 cores (`{r['command']}`, {r['date']}, {source}); memory is the peak a build and its "
@@ -197,20 +204,82 @@ def scale_table(r: dict[str, Any], source: str) -> str:
     ]
     for z in r["sizes"]:
         f, h, i, c = z["flat"], z["hnsw"], z["ivf"], z["chunks"]
-        lines.append(f"| {z['vectors']:,} | {z['ragline_builds']} | {f['build_s']:g} / {f['search_p50_ms']:.2f} / "
+        builds = dense_kind(z["vectors"], defaults)
+        lines.append(f"| {z['vectors']:,} | {builds} | {f['build_s']:g} / {f['search_p50_ms']:.2f} / "
                      f"{f['peak_mb']:.0f} | {h['build_s']:g} / {h['search_p50_ms']:.2f} / {h['recall@10']:.3f} / "
                      f"{h['peak_mb']:.0f} | {i['build_s']:g} / {i['search_p50_ms']:.2f} / {i['recall@10']:.3f} / "
                      f"{i['peak_mb']:.0f} | {c['arrow_mb']:.0f} / {c['python_dicts_mb']:.0f} |")
     return "\n".join(lines)
 
 
+def serve_profile_table(r: dict[str, Any], source: str) -> str:
+    layers = r["p50_ms"]
+    base = layers["in-process flow"]
+    lines = [f"Sequential `/v1/retrieve` (top 5, the demo corpus), p50 of {r['requests']} requests per layer "
+             f"(`{r['command']}`, {r['date']}, {source}):", "",
+             "| path | p50 ms | added over in-process |", "|---|---|---|"]
+    lines += [f"| {name} | {ms:.1f} | {'– (no retrieval)' if 'healthz' in name else f'{ms - base:+.1f}'} |"
+              for name, ms in layers.items()]
+    if r["profile_share_pct"]:
+        lines += ["", "Where each Serve process spends its CPU while one client sends `/v1/retrieve` (py-spy, share of "
+                  "samples):", "", "| process | " + " | ".join(WHOSE) + " |", "|---|" + "---|" * len(WHOSE)]
+        lines += [f"| {name} | " + " | ".join(f"{shares.get(k, 0.0):.0f}%" for k in WHOSE) + " |"
+                  for name, shares in r["profile_share_pct"].items()]
+    return "\n".join(lines)
+
+
+WHOSE = ("ragline", "model and index", "web stack", "ray", "python")  # benchmarks/serve_profile.py's labels
+
+
+def ingest_scale_table(r: dict[str, Any], source: str) -> str:
+    lines = [
+        f"The first {r['base']} SciFact documents and word-shuffled copies with new ids (nothing deduplicated away), "
+        f"ingested and indexed into a fresh storage root, {r['cpus']} CPU cores; median of {r['repeats']} runs "
+        f"(`{r['command'].strip()}`, {r['date']}, {source}). Memory is the peak summed RSS of the driver and the Ray "
+        "session's processes:",
+        "",
+        "| corpus | documents | chunks | ingest s | index s | total s | ms / document | vs 1x (1.00 = linear) | "
+        "peak memory MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for z in r["sizes"]:
+        lines.append(f"| {z['scale']}x | {z['documents']:,} | {z['chunks']:,} | {z['ingest_s']:.1f} | "
+                     f"{z['index_s']:.1f} | {z['seconds']:.1f} | {z['ms_per_document']:.1f} | "
+                     f"{z['per_document_vs_first']:.2f} | {z['peak_mb']:,.0f} |")
+    return "\n".join(lines)
+
+
+def train_table(r: dict[str, Any], source: str) -> str:
+    labels = {"plain": "plain PyTorch loop, one process, all cores", "ddp": "Ragline DDP",
+              "fsdp": "Ragline FSDP2", "deepspeed-zero2": "Ragline DeepSpeed ZeRO-2"}
+    lines = [
+        f"SFT of {r['model']}: {r['workers']} Ray Train workers of one core, micro-batch {r['micro_batch']} each, "
+        f"against one process with micro-batch {r['workers'] * r['micro_batch']}; {r['grad_accum']} micro-batches "
+        f"an optimizer step, the same step on both sides; wall-clock tokens/s of steps 2 .. {r['steps'] - 1}; median "
+        f"of {r['repeats']} runs (`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| training | tokens/s | efficiency (vs plain) | checkpoint save s |",
+        "|---|---|---|---|",
+    ]
+    for name, label in labels.items():
+        s = r["summary"][name]
+        save = f"{s['checkpoint_save_s']:.2f}" if "checkpoint_save_s" in s else "–"
+        lines.append(f"| {label} | {s['tokens_per_s']:.0f} | {s['vs_plain']:.2f} | {save} |")
+    lines += ["", f"DDP scaling efficiency: **{r['summary']['ddp']['vs_plain']:.2f}** (goal ≥ 0.95)."]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
                                                            "answers": answers_table, "sft_cpu": sft_cpu_table,
                                                            "hostile": hostile_table, "ingest": ingest_table,
-                                                           "serve": serve_table, "scale": scale_table}
+                                                           "serve": serve_table, "scale": scale_table,
+                                                           "train": train_table,
+                                                           "ingest_scale": ingest_scale_table,
+                                                           "serve_profile": serve_profile_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
-           "serve": "serve_bench.py", "scale": "scale_bench.py"}
+           "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
+           "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:

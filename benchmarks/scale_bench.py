@@ -65,8 +65,7 @@ def one_size(n: int, cache: Path, n_queries: int) -> dict[str, Any]:
 
     docs, queries = embed_scifact(cache, n_queries)
     vectors = grow(docs, n)
-    default = IndexConfig()
-    out: dict[str, Any] = {"vectors": n, "ragline_builds": "flat" if n <= default.exact_max_vectors else default.ann}
+    out: dict[str, Any] = {"vectors": n}
     ranked: dict[str, np.ndarray] = {}
     for kind in ("flat", "hnsw", "ivf"):
         cfg = IndexConfig(exact_max_vectors=n) if kind == "flat" else IndexConfig(exact_max_vectors=1, ann=kind)
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                                "--cache", str(args.cache)], check=True, capture_output=True, text=True)
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         sizes.append(r)
-        print(f"{n:>9} vectors (Ragline builds {r['ragline_builds']}): " + " | ".join(
+        print(f"{n:>9} vectors: " + " | ".join(
             f"{k} build {r[k]['build_s']} s, p50 {r[k]['search_p50_ms']} ms, recall@10 {r[k]['recall@10']}, "
             f"+{r[k]['peak_mb']} MB" for k in ("flat", "hnsw", "ivf"))
             + f" | chunk table: Arrow {r['chunks']['arrow_mb']} MB, dicts {r['chunks']['python_dicts_mb']} MB",

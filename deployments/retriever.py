@@ -69,7 +69,7 @@ class Retriever:
             raise NotReady("no index version is published yet: run `ragline ingest` first")
         return self.index
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.002)  # both set from the config in __init__
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # both set from the config in __init__
     async def _embed(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
         """(encoder key, text) pairs from concurrent requests → one encode call per encoder."""
         out: list[np.ndarray | None] = [None] * len(items)

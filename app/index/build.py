@@ -35,13 +35,25 @@ class DenseParams(BaseModel):
     nprobe: int | None = None  # ivf
 
 
-def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, DenseParams]:
-    """Exact inner product (vectors are normalised: cosine) up to `exact_max_vectors`, else HNSW or IVF."""
-    n, dim = vectors.shape
+def dense_kind(n: int, cfg: IndexConfig) -> Literal["flat", "hnsw", "ivf"]:
+    """Which dense index `n` vectors get: exact up to `exact_max_vectors`, then `ann`; `auto` is HNSW up to
+    `hnsw_max_vectors` and IVF beyond (benchmarks/scale_bench.py: HNSW's recall@10 falls at a million vectors
+    where IVF's holds)."""
     if n <= cfg.exact_max_vectors:
+        return "flat"
+    if cfg.ann == "auto":
+        return "hnsw" if n <= cfg.hnsw_max_vectors else "ivf"
+    return cfg.ann
+
+
+def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, DenseParams]:
+    """Exact inner product (vectors are normalised: cosine), HNSW or IVF, by `dense_kind`."""
+    n, dim = vectors.shape
+    kind = dense_kind(n, cfg)
+    if kind == "flat":
         index: faiss.Index = faiss.IndexFlatIP(dim)
         params = DenseParams(type="flat")
-    elif cfg.ann == "hnsw":
+    elif kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = cfg.hnsw_ef_construction
         params = DenseParams(type="hnsw", m=cfg.hnsw_m, ef_construction=cfg.hnsw_ef_construction,

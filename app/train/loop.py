@@ -8,6 +8,7 @@ so a run that failed at step k continues from its last checkpoint's step with th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -89,6 +90,8 @@ def train_loop(config: LoopConfig) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     torch.set_num_threads(cfg.torch_threads or max(1, round(cfg.cpus_per_worker)))
+    if device.type == "cpu":
+        _normal_priority()
     random.seed(cfg.seed + rank)
     np.random.seed(cfg.seed + rank)
 
@@ -167,6 +170,16 @@ def train_loop(config: LoopConfig) -> None:
             storage.upload_dir(Path(d), config["export_dir"])
     if dist.is_initialized():
         dist.barrier()
+
+
+def _normal_priority() -> None:
+    """Run this thread (and the math threads it starts later) at nice 0. Ray starts worker processes at nice 15 so
+    that its daemons stay responsive; a CPU trainer then yields its cores to every other Ray process: the same
+    training loop in a Ray task did 153 tokens/s at nice 15 and 161 at nice 0 on 2 cores. Linux nice is per thread,
+    so nothing else in the process changes. Lowering nice needs CAP_SYS_NICE (root, as in Ray's images); without
+    it the thread stays at 15."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, 0)  # who=0: the calling thread
 
 
 def _worker_nodes(world: int) -> list[str]:

@@ -1,5 +1,7 @@
 import pyarrow as pa
 
+from app.config import IndexConfig
+from app.index.build import dense_kind
 from app.index.search import ChunkTable, document_text, rows_by_value
 
 
@@ -34,3 +36,10 @@ def test_a_document_is_rebuilt_from_its_chunks_so_their_offsets_index_into_it():
     assert all(rebuilt[start:end] == piece for start, end, piece in spans)
     assert document_text([(4, 9, "cross")]) == "    cross"  # a gap before the first chunk keeps the offsets too
     assert document_text([]) == ""
+
+
+def test_the_dense_index_kind_follows_the_number_of_vectors():
+    cfg = IndexConfig(exact_max_vectors=100, hnsw_max_vectors=1000)
+    assert [dense_kind(n, cfg) for n in (1, 100, 101, 1000, 1001)] == ["flat", "flat", "hnsw", "hnsw", "ivf"]
+    assert dense_kind(5000, cfg.model_copy(update={"ann": "hnsw"})) == "hnsw"  # a chosen ann holds at any size
+    assert dense_kind(101, cfg.model_copy(update={"ann": "ivf"})) == "ivf"

@@ -1,0 +1,165 @@
+"""Where the Serve overhead of /v1/retrieve goes: sequential p50 latency of each layer of the path, in one run,
+then a py-spy profile of every Serve process while one client sends /v1/retrieve.
+
+Layers (the demo corpus, top 5, the same questions): the flow in-process (no Serve: the in-process side of
+serve_bench.py); the Retriever deployment called through a DeploymentHandle from this driver (one Serve hop, its
+@serve.batch and its threads); GET /healthz over HTTP (proxy → Ingress, no stage); POST /v1/retrieve over HTTP
+(proxy → Ingress → Retriever). The differences are what each layer adds.
+
+The profile (py-spy at 100 Hz, CPU samples only) sorts each sample by the innermost frame that says whose work it
+is: Ragline's code (`app/`, `deployments/`), the model and the index (OpenVINO, tokenizers, FAISS, bm25s), the web
+stack (uvicorn, Starlette, FastAPI, pydantic), Ray (Serve's proxy, router and replica, Ray core), else Python
+itself (asyncio, threads, and the native loops under them). Writes benchmarks/results/serve_profile-<date>.json
+and rewrites the README table.
+
+    python benchmarks/serve_profile.py [--requests 60] [--profile-s 20] [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import datetime
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from ray import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import apikeys  # noqa: E402
+from app.config import load_config  # noqa: E402
+from benchmarks.serve_bench import PASSAGES, QUESTIONS, InProcess, demo_storage, deploy, make_reranker  # noqa: E402
+
+WHOSE = (  # (label, how a frame's file starts: py-spy names them from sys.path), innermost match wins
+    ("ragline", ("(app/", "(deployments/")),
+    ("model and index", ("(openvino", "(tokenizers", "(transformers/", "(faiss", "(bm25s", "(numpy")),
+    ("web stack", ("(uvicorn", "(starlette", "(fastapi", "(pydantic", "(httptools", "(h11")),
+    ("ray", ("(ray/",)),
+)
+
+
+async def p50(call: Callable[[str], Awaitable[Any]], n: int) -> float:
+    for q in QUESTIONS[:4]:  # warm
+        await call(q)
+    ms = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await call(QUESTIONS[i % len(QUESTIONS)])
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return round(statistics.median(ms), 2)
+
+
+def whose(stack: str) -> str:
+    for frame in reversed(stack.split(";")):
+        for label, fragments in WHOSE:
+            if any(f in frame for f in fragments):
+                return label
+    return "python"
+
+
+def summarise(raw: Path) -> dict[str, float]:
+    """Share (%) of a py-spy raw profile's samples by whose work they are."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, n = line.rsplit(" ", 1)
+        counts[whose(stack)] += int(n)
+    total = sum(counts.values()) or 1
+    return {k: round(v / total * 100, 1) for k, v in counts.most_common()}
+
+
+def serve_processes() -> dict[str, str]:
+    """pid → name of the proxy and every replica of this machine."""
+    out = subprocess.run(["pgrep", "-af", "ray::ServeReplica|ray::ProxyActor"], capture_output=True, text=True)
+    procs = (line.split(" ", 1) for line in out.stdout.splitlines())
+    return {pid: name.removeprefix("ray::").split()[0] for pid, name in procs if name.startswith("ray::")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
+    ap.add_argument("--requests", type=int, default=60, help="Sequential requests per layer")
+    ap.add_argument("--profile-s", type=int, default=20, help="Seconds of py-spy sampling (0: no profile)")
+    ap.add_argument("--port", type=int, default=8766)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    storage = demo_storage(args.storage)
+    reranker = make_reranker(storage.local_path())
+    overrides = [f"serve.reranker.model={reranker}", f"serve.reranker.candidates={PASSAGES}",
+                 "serve.generator.engine=transformers", *args.overrides]
+    key = apikeys.load(storage)[0][0]
+    local = InProcess(storage.uri, load_config(None, overrides), reranker)
+    layers = {"in-process flow": asyncio.run(p50(local.retrieve, args.requests))}
+    del local
+    deploy(storage, overrides, args.port)
+    retriever = serve.get_deployment_handle("Retriever", "ragline")
+    profile: dict[str, dict[str, float]] = {}
+
+    async def over_serve() -> None:
+        async def handle(q: str) -> Any:
+            return await retriever.retrieve.remote(q, None, 5)
+
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{args.port}",
+                                     headers={"Authorization": f"Bearer {key}"}) as http:
+            async def healthz(q: str) -> None:
+                assert (await http.get("/healthz")).status_code == 200
+
+            async def retrieve(q: str) -> None:
+                r = await http.post("/v1/retrieve", json={"query": q, "top_k": 5})
+                assert r.status_code == 200, r.text
+
+            layers["Retriever through a DeploymentHandle"] = await p50(handle, args.requests)
+            layers["HTTP /healthz (proxy, Ingress)"] = await p50(healthz, args.requests)
+            layers["HTTP /v1/retrieve (proxy, Ingress, Retriever)"] = await p50(retrieve, args.requests)
+            spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+            if not args.profile_s or not Path(spy).exists():
+                return
+            with tempfile.TemporaryDirectory() as tmp:
+                procs = serve_processes()
+                spies = {name: subprocess.Popen([spy, "record", "-p", pid, "-d", str(args.profile_s), "-r", "100",
+                                                 "-f", "raw", "-o", f"{tmp}/{pid}.txt", "--nonblocking"],
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                         for pid, name in procs.items()}
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < args.profile_s - 2:
+                    await retrieve(QUESTIONS[n % len(QUESTIONS)])
+                    n += 1
+                for s in spies.values():
+                    s.wait()
+                for pid, name in procs.items():
+                    if Path(f"{tmp}/{pid}.txt").exists() and name.split(":")[-1] in ("ProxyActor", "Ingress",
+                                                                                     "Retriever"):
+                        profile[name.split(":")[-1]] = summarise(Path(f"{tmp}/{pid}.txt"))
+
+    asyncio.run(over_serve())
+    serve.delete("ragline")
+    base = layers["in-process flow"]
+    print("sequential /v1/retrieve path, p50 ms:")
+    for name, ms in layers.items():
+        print(f"  {name:48s} {ms:7.2f}  (+{ms - base:.2f} over in-process)")
+    for name, shares in profile.items():
+        print(f"  py-spy {name}: " + ", ".join(f"{k} {v}%" for k, v in shares.items()))
+    date = datetime.date.today().isoformat()
+    result = {"date": date, "command": " ".join(["python benchmarks/serve_profile.py", *sys.argv[1:]]),
+              "requests": args.requests, "p50_ms": layers, "profile_share_pct": profile}
+    out = ROOT / "benchmarks" / "results" / f"serve_profile-{date}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written to {out}")
+    from benchmarks.readme_tables import README, render
+
+    README.write_text(render(README.read_text(), names=("serve_profile",)))
+
+
+if __name__ == "__main__":
+    main()
