@@ -34,6 +34,7 @@ from app.eval.answers import Endpoint, evaluate_answers  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
 from app.qa.questions import write_corpus  # noqa: E402
 from app.storage import Storage  # noqa: E402
+from benchmarks.readme_tables import publish  # noqa: E402
 from benchmarks.serve_bench import deploy  # noqa: E402
 
 PLAIN = ["serve.generator.system_prompt=Answer the question using only the numbered passages. After each fact, cite "
@@ -75,12 +76,8 @@ def main() -> None:
               "command": "python benchmarks/answers_bench.py" + "".join(f" --model {m}" for m in args.model),
               "runs": runs, "ratios": {f"f1_{n}_over_plain": round(r["f1"] / runs["plain"]["f1"], 2)
                                        for n, r in runs.items() if n != "plain"}}
-    out = ROOT / "benchmarks" / "results" / f"answers-{result['date']}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["ratios"]))
-    from benchmarks.readme_tables import README, render
-
-    README.write_text(render(README.read_text(), names=("answers",)))
+    publish("answers", result)
 
 
 if __name__ == "__main__":

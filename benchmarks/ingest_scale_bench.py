@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.readme_tables import publish  # noqa: E402
+
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 
 
@@ -141,12 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python benchmarks/ingest_scale_bench.py", *(argv if argv is not None else sys.argv[1:])])
     result = {"date": date, "command": command, "base": args.base, "repeats": args.repeats, "cpus": os.cpu_count(),
               "sizes": sizes}
-    out = ROOT / "benchmarks" / "results" / f"ingest_scale-{date}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
-    from benchmarks.readme_tables import README, render
-
-    README.write_text(render(README.read_text(), names=("ingest_scale",)))
+    publish("ingest_scale", result)
     return 0
 
 

@@ -221,14 +221,14 @@ def serve_profile_table(r: dict[str, Any], source: str) -> str:
     lines += [f"| {name} | {ms:.1f} | {'– (no retrieval)' if 'healthz' in name else f'{ms - base:+.1f}'} |"
               for name, ms in layers.items()]
     if r["profile_share_pct"]:
+        # the labels of benchmarks/serve_profile.py, in the order they first appear
+        whose = list(dict.fromkeys(k for shares in r["profile_share_pct"].values() for k in shares))
         lines += ["", "Where each Serve process spends its CPU while one client sends `/v1/retrieve` (py-spy, share of "
-                  "samples):", "", "| process | " + " | ".join(WHOSE) + " |", "|---|" + "---|" * len(WHOSE)]
-        lines += [f"| {name} | " + " | ".join(f"{shares.get(k, 0.0):.0f}%" for k in WHOSE) + " |"
+                  "samples):", "", "| process | " + " | ".join(whose) + " |", "|---|" + "---|" * len(whose)]
+        lines += [f"| {name} | " + " | ".join(f"{shares.get(k, 0.0):.0f}%" for k in whose) + " |"
                   for name, shares in r["profile_share_pct"].items()]
     return "\n".join(lines)
 
-
-WHOSE = ("ragline", "model and index", "web stack", "ray", "python")  # benchmarks/serve_profile.py's labels
 
 
 def ingest_scale_table(r: dict[str, Any], source: str) -> str:
@@ -292,6 +292,16 @@ def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(
             raise ValueError(f"README.md has no <!-- table:{name} --> … <!-- /table:{name} --> block")
         readme = pattern.sub(lambda mt, body=body: f"{mt.group(1)}{body}\n{mt.group(2)}", readme)
     return readme
+
+
+def publish(name: str, result: dict[str, Any]) -> Path:
+    """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>.json and rewrites
+    the README's NAME table from it; returns the file."""
+    path = RESULTS / f"{name}-{result['date']}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    README.write_text(render(README.read_text(), names=(name,)))
+    print(f"written to {path}; README table {name} rewritten")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import collections
 import datetime
-import json
 import shutil
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import apikeys  # noqa: E402
 from app.config import load_config  # noqa: E402
+from benchmarks.readme_tables import publish  # noqa: E402
 from benchmarks.serve_bench import PASSAGES, QUESTIONS, InProcess, demo_storage, deploy, make_reranker  # noqa: E402
 
 WHOSE = (  # (label, how a frame's file starts: py-spy names them from sys.path), innermost match wins
@@ -153,12 +153,7 @@ def main() -> None:
     date = datetime.date.today().isoformat()
     result = {"date": date, "command": " ".join(["python benchmarks/serve_profile.py", *sys.argv[1:]]),
               "requests": args.requests, "p50_ms": layers, "profile_share_pct": profile}
-    out = ROOT / "benchmarks" / "results" / f"serve_profile-{date}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {out}")
-    from benchmarks.readme_tables import README, render
-
-    README.write_text(render(README.read_text(), names=("serve_profile",)))
+    publish("serve_profile", result)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.rag_qa import answer_for, with_gold  # noqa: E402
 from app.train.sft_data import collate_lm, encode  # noqa: E402
 from app.train.task import build_model, loss_of, model_inputs, resolve_model  # noqa: E402
+from benchmarks.readme_tables import publish  # noqa: E402
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {"bf16": False, "answer_logits": False, "freeze": 0},
@@ -133,11 +134,7 @@ def main() -> None:
               "steps": args.steps, "repeats": args.repeats, "freeze": args.freeze, "mean_tokens": round(mean_tokens),
               "command": "python benchmarks/sft_cpu_bench.py", "runs": results, "summary": summary, "ratios": ratios}
     print(json.dumps(ratios))
-    out = ROOT / "benchmarks" / "results" / f"sft_cpu-{result['date']}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    from benchmarks.readme_tables import README, render
-
-    README.write_text(render(README.read_text(), names=("sft_cpu",)))
+    publish("sft_cpu", result)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import statistics
 import sys
@@ -40,6 +39,7 @@ from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.run import run_training  # noqa: E402
 from app.train.sft_data import SFTTokenize, collate_lm  # noqa: E402
 from app.train.task import build_model, loss_of, model_inputs, resolve_model  # noqa: E402
+from benchmarks.readme_tables import publish  # noqa: E402
 
 SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"
 # The 41-record sample repeated, so that an epoch outlasts the measured steps: Ray Data starts each epoch of a
@@ -133,12 +133,7 @@ def main() -> None:
               "micro_batch": PER_WORKER_BATCH, "grad_accum": args.grad_accum, "steps": args.steps,
               "repeats": args.repeats, "cpus": os.cpu_count(), "command": "python benchmarks/train_bench.py",
               "runs": results, "summary": summary}
-    path = ROOT / "benchmarks" / "results" / f"train-{result['date']}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written to {path}")
-    from benchmarks.readme_tables import README, render
-
-    README.write_text(render(README.read_text(), names=("train",)))
+    publish("train", result)
 
 
 if __name__ == "__main__":
