@@ -89,13 +89,17 @@ class KeyRing:
         return cls([digest(k) for k in keys], path)
 
     def matches(self, presented: str) -> bool:
-        """Constant time in the presented key: every digest is compared, with no early exit."""
+        return self.identify(presented) is not None
+
+    def identify(self, presented: str) -> bytes | None:
+        """The digest of `presented` when it is an accepted key (what identifies the caller), else None. Constant
+        time in the presented key: every digest is compared, with no early exit."""
         self._reload()
         h = hashlib.sha256(presented.encode()).digest()
         found = False
         for d in self.digests:
             found |= hmac.compare_digest(h, d)
-        return found
+        return h if found else None
 
     def _reload(self) -> None:
         if self.path is None or time.monotonic() - self.checked < RELOAD_EVERY_S:

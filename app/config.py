@@ -329,7 +329,16 @@ class ApiConfig(_Config):
     max_top_k: int = Field(default=100, ge=1, description="Largest top_k a caller may ask for.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="A request running longer is cancelled "
                                      "downstream and gets 504.")
-    retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 on overload.")
+    retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 on overload and "
+                               "with 429.")
+    key_fair_share: int = Field(default=1, ge=1, description="Requests one API key runs at once in an Ingress "
+                                "replica while other keys are active (have requests, or had one in the last "
+                                "second); its others wait in the key's own line. A key alone is not limited. So a "
+                                "client that floods the API slows the others by this many requests' worth. Raise it "
+                                "where side-by-side requests cost little more than one (a GPU generator batching "
+                                "sequences; serve_gpu.yaml sets 32).")
+    key_max_waiting: int = Field(default=256, ge=0, description="Most requests of one API key waiting for its fair "
+                                 "share in an Ingress replica; beyond this the key gets 429 + Retry-After.")
 
 
 class ServeConfig(_Config):

@@ -121,8 +121,10 @@ def hostile_table(r: dict[str, Any], source: str) -> str:
             statuses[status] = statuses.get(status, 0) + n
     lines = [
         f"An ordinary client's `/v1/retrieve` ({r['requests']} sequential requests, top 5) alone and beside "
-        f"{r['hostile_clients']} hostile clients sending bodies at and over every limit; median of {r['repeats']} "
-        f"runs (`{r['command']}`, {r['date']}, {source}):",
+        f"{r['hostile_clients']} hostile clients sending bodies at and over every limit"
+        + (f" (the other clients share one API key and the ordinary client has its own; fair share "
+           f"`api.key_fair_share` = {r['key_fair_share']})" if "key_fair_share" in r else "")
+        + f"; median of {r['repeats']} runs (`{r['command']}`, {r['date']}, {source}):",
         "",
         "| ordinary /v1/retrieve | p50 ms | p95 ms |",
         "|---|---|---|",

@@ -193,11 +193,13 @@ def make_reranker(cache: Path) -> str:
     return str(path)
 
 
-def deploy(storage: Storage, overrides: list[str], port: int, generator: dict[str, Any] | None = None) -> None:
-    """`generator`: more options for the Generator deployment."""
+def deploy(storage: Storage, overrides: list[str], port: int, generator: dict[str, Any] | None = None,
+           api_keys_file: str | None = None) -> None:
+    """`generator`: more options for the Generator deployment; `api_keys_file`: None for the storage's key."""
     # the benchmark measures throughput, not load shedding: a long generator queue
     # …and no request deadline: at 32 clients a query waits minutes for the CPU generator
     schema = serving.load_serve_config(None, storage, None, [*overrides, "serve.api.request_timeout_s=3600"],
+                                       api_keys_file=api_keys_file,
                                        deployment_options={"Generator": {"max_queued_requests": 1024,
                                                                          **(generator or {})}})
     schema.http_options.port = port

@@ -1,4 +1,5 @@
-"""A pure ASGI middleware in front of the API: bearer-key check, request body size limit, request counters.
+"""A pure ASGI middleware in front of the API: bearer-key check, request body size limit, fair share between
+keys (`fairshare.py`), request counters.
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client-disconnect detection pass through untouched.
 """
@@ -11,6 +12,7 @@ from ray.util.metrics import Counter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send  # ASGI's, as the app behind the guard takes them
 
 from app import apikeys
+from deployments.fairshare import FairShare, LineFull
 
 OPEN_PATHS = frozenset({"/healthz"})  # liveness probes carry no key
 
@@ -29,10 +31,12 @@ async def send_error(send: Send, status: int, kind: str, message: str,
 
 
 class Guard:
-    def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int,
-                 open_paths: frozenset[str] = frozenset()):
-        """`open_paths`: more paths served without a key (static files that hold no data)."""
-        self.app, self.keys, self.max_body = app, keys, max_body_bytes
+    def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int, share: FairShare,
+                 retry_after_s: int, open_paths: frozenset[str] = frozenset()):
+        """`open_paths`: more paths served without a key (static files that hold no data); `retry_after_s`: sent
+        with 429 when a key's line is full."""
+        self.app, self.keys, self.max_body, self.share = app, keys, max_body_bytes, share
+        self.retry_after = str(retry_after_s).encode()
         self.open_paths = OPEN_PATHS | open_paths
         self.requests = Counter("ragline_http_requests_total", description="HTTP requests by route and status.",
                                 tag_keys=("route", "status"))
@@ -54,10 +58,12 @@ class Guard:
             self.requests.inc(tags={"route": route, "status": str(status["code"])})
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        caller = None
         if scope["path"] not in self.open_paths:
             headers = dict(scope["headers"])
             scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not self.keys.matches(key.strip()):
+            caller = self.keys.identify(key.strip()) if scheme.lower() == "bearer" else None
+            if caller is None:
                 return await send_error(send, 401, "unauthorized", "missing or invalid API key "
                                         "(send Authorization: Bearer <key>)", [(b"www-authenticate", b"Bearer")])
             declared = headers.get(b"content-length")
@@ -65,7 +71,7 @@ class Guard:
                 return await send_error(send, 413, "request_too_large",
                                         f"request body is {int(declared)} bytes; the limit is {self.max_body}")
         if scope["method"] not in ("POST", "PUT", "PATCH"):
-            return await self.app(scope, receive, send)
+            return await self._shared(caller, scope, receive, send)
         # Read the body here (it is small by construction) so a chunked body over the limit is refused too.
         body, more = b"", True
         while more:
@@ -86,4 +92,20 @@ class Guard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()  # later reads wait for the client's disconnect, as the server's would
 
-        await self.app(scope, replay, send)
+        await self._shared(caller, scope, replay, send)
+
+    async def _shared(self, caller: bytes | None, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request in `caller`'s fair share (open paths, with no caller, run at once). The slot is held
+        until the response has ended, streams included."""
+        if caller is None:
+            return await self.app(scope, receive, send)
+        try:
+            await self.share.acquire(caller)
+        except LineFull:
+            return await send_error(send, 429, "rate_limited", f"this API key already has {self.share.max_waiting} "
+                                    "requests waiting beside those running (api.key_max_waiting); retry later",
+                                    [(b"retry-after", self.retry_after)])
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.share.release(caller)

@@ -18,6 +18,7 @@ from app.rag.flow import RagFlow
 from app.storage import Storage
 from deployments.api import chat, console, errors, health, query, retrieval
 from deployments.api.edge import Edge, ServedEmbedder
+from deployments.fairshare import FairShare
 from deployments.guard import Guard
 
 LATENCY_BOUNDARIES_MS = [1.0, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000]
@@ -40,4 +41,5 @@ def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator
     for module in (health, retrieval, query, chat):
         app.include_router(module.router(edge))
     app.include_router(console.router(edge, storage))
-    return Guard(app, keys, api.max_body_bytes, open_paths=console.OPEN_PATHS)
+    share = FairShare(api.key_fair_share, api.key_max_waiting)
+    return Guard(app, keys, api.max_body_bytes, share, api.retry_after_s, open_paths=console.OPEN_PATHS)
