@@ -240,7 +240,7 @@ class GeneratorConfig(_Config):
         "lowest-ranked first; the question is never cut. vllm: also the engine's context length unless "
         "max_model_len is set."
     )
-    passages: int = Field(default=3, ge=1, le=50, description="Most passages put in the prompt (the best-ranked "
+    passages: int = Field(default=2, ge=1, le=50, description="Most passages put in the prompt (the best-ranked "
                           "of the retrieved top_k). Fewer, shorter prompts answer faster and, for a small model, "
                           "better: see README, Answers.")
     system_prompt: str = Field(

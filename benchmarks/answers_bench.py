@@ -4,7 +4,7 @@ run, through the same served graph (only `serve.generator` differs).
 
 - plain: "answer using only the numbered passages, cite them, say you do not know otherwise" (Ragline's earlier
   default), 4 passages, up to 160 tokens, no stop string;
-- default: the tuned answer style (short phrase + citation, 3 passages, 64 tokens, one line);
+- default: the tuned answer style (short phrase + citation, 2 passages, 64 tokens, one line);
 - each --model (catalog:sft:N, a directory): the default style with that generator.
 
 The graph answers greedily, so each configuration is scored once (a repeat gives the same answers); latency is

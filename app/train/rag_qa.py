@@ -2,18 +2,19 @@
 
 For each question the index retrieves passages as the serving graph's retriever does, `rag_prompt` fits them into
 the prompt the Generator serves, and the answer the model learns is the short one the default prompt asks for:
-the gold answer, then the number of the passage that holds it ("Denver Broncos [2]"). For `idk_fraction` of the
-questions the gold passage is taken out and the answer is the configured "I don't know", so the model learns to
-decline when the passages lack the answer. A gold passage the retriever missed is put in (`insert_gold`): a missed
-passage that taught "I don't know" would double the share of such answers, and a small model answering greedily
-then declines far more often than it was taught to (sft:v1 said it to 44% of dev questions whose gold passage it
-had, after 19% of its examples).
+the gold answer most annotators gave, then the number of the passage that holds it ("Denver Broncos [2]"). For
+`idk_fraction` of the questions the gold passage is taken out and the answer is the configured "I don't know", so
+the model learns to decline when the passages lack the answer. A gold passage the retriever missed is put in
+(`insert_gold`): a missed passage that taught "I don't know" would double the share of such answers, and a small
+model answering greedily then declines far more often than it was taught to (the first run said it to 44% of dev
+questions whose gold passage it had, after 19% of its examples).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 
 from app.config import GeneratorConfig, SearchConfig
-from app.qa.metrics import contains_answer
+from app.qa.metrics import contains_answer, normalize_answer
 from app.qa.questions import Question
 from app.rag.prompt import rag_prompt
 from app.rag.protocol import Passage
@@ -47,13 +48,21 @@ def with_gold(qid: str, hits: list[Passage], gold: Passage, keep: int) -> list[P
     return [*rest[:at], gold, *rest[at:]]
 
 
+def consensus_answer(golds: Sequence[str]) -> str:
+    """The gold answer most annotators gave (compared normalised), the shortest among equals: F1 takes the best
+    match over all golds, so the span most of them share, at its tightest, is the one to learn. (SQuAD's
+    first-listed answer is one annotator's span, often a word or two longer.)"""
+    counts = Counter(normalize_answer(g) for g in golds)
+    return min(golds, key=lambda g: (-counts[normalize_answer(g)], len(g)))
+
+
 def answer_for(question: Question, passages: Sequence[Passage], idk: str) -> str:
-    """The first gold answer cited by the first passage in the prompt that is the gold document, else by one that
-    holds the answer; `idk` when none does."""
+    """The consensus gold answer cited by the first passage in the prompt that is the gold document, else by one
+    that holds the answer; `idk` when none does."""
     for want_doc in (True, False):
         for n, p in enumerate(passages, start=1):
             if (p.doc_id == question.doc_id) if want_doc else contains_answer(p.text, question.answers):
-                return f"{question.answers[0]} [{n}]"
+                return f"{consensus_answer(question.answers)} [{n}]"
     return idk
 
 

@@ -41,7 +41,8 @@ function inWords(err) {
     case 404: return `Not found: ${err.message}`;
     case 413: return `The request is too large: ${err.message}`;
     case 422: return `The request was not accepted: ${err.message}`;
-    case 429: case 503: return err.type === "overloaded"
+    case 429: return `This API key has too many requests waiting for their turn.${retry}`;
+    case 503: return err.type === "overloaded"
       ? `Ragline is at capacity right now.${retry}` : `Ragline is not ready: ${err.message}.${retry}`;
     case 504: return "The answer took too long and was cancelled. Ask again, or ask for fewer passages.";
     default: return `Ragline failed to answer (${err.status} ${err.type}). The server log has the details.`;

@@ -13,7 +13,7 @@ from app.qa.metrics import cited_numbers, contains_answer, exact_match, f1, is_i
 from app.qa.questions import Question, dev_articles, load_questions, sample, squad_corpus, write_corpus
 from app.rag.prompt import rag_prompt, system_text
 from app.rag.protocol import Passage
-from app.train.rag_qa import answer_for, drops_gold, with_gold
+from app.train.rag_qa import answer_for, consensus_answer, drops_gold, with_gold
 
 SQUAD = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "squad" / "dev-a-v1.1.json"
 
@@ -138,6 +138,8 @@ def test_qa_examples_cite_the_gold_passage_or_decline() -> None:
     assert answer_for(q, passages, "I don't know.") == "Denver Broncos [2]"  # the gold document first
     assert answer_for(q, passages[:1], "I don't know.") == "Denver Broncos [1]"  # else one holding the answer
     assert answer_for(q, [passage("d7", "no")], "I don't know.") == "I don't know."
+    assert consensus_answer(["the Denver Broncos", "Denver Broncos", "Broncos", "Denver Broncos"]) == "Denver Broncos"
+    assert consensus_answer(["the Broncos", "Broncos", "Denver"]) == "Broncos"  # "the" normalises away; shortest
     hits = [passage(f"d{i}") for i in range(5)]
     assert with_gold("q", hits, passage("d1"), 3) == hits  # retrieved: left as it is
     places = {[h.doc_id for h in with_gold(str(i), hits, passage("g"), 3)].index("g") for i in range(50)}
@@ -152,9 +154,9 @@ def test_the_served_prompt_asks_for_a_short_cited_answer() -> None:
     assert system_text(cfg).endswith("say: No idea.")
     passages = [passage(f"d{i}", f"passage {i}", title="T") for i in range(5)]
     prompt = rag_prompt("Who?", passages, cfg, lambda m: sum(len(x["content"]) for x in m) // 4)
-    assert len(prompt.passages) == cfg.passages == 3
+    assert len(prompt.passages) == cfg.passages == 2
     user = prompt.messages[-1]["content"]
-    assert user.startswith("Question: Who?") and user.count("Question: Who?") == 2 and "[3] T" in user
+    assert user.startswith("Question: Who?") and user.count("Question: Who?") == 2 and "[2] T" in user
 
 
 def test_a_generator_is_promoted_only_when_it_answers_better(tmp_path: Path) -> None:
