@@ -113,7 +113,7 @@ def test_the_rag_qa_job_trains_on_the_serving_prompt():
 
     cfg = load_job_config(ROOT / "deployments/jobs/rag_qa.yaml", "sft", ["sft.rag_qa.limit=10"])
     assert cfg.sft.paths == [] and cfg.sft.rag_qa is not None and cfg.sft.rag_qa.generator is None
-    assert cfg.precision == "bf16" and cfg.freeze_layers == 20 and cfg.torch_threads == 2
+    assert cfg.precision == "bf16" and cfg.freeze_layers == 18 and cfg.torch_threads == 2
     serving = load_config(None, ["serve.generator.passages=2"])
     filled = with_serving(cfg, serving).sft.rag_qa
     assert filled is not None and filled.generator == serving.serve.generator and filled.search == serving.search
