@@ -339,6 +339,10 @@ class ApiConfig(_Config):
                                 "sequences; serve_gpu.yaml sets 32).")
     key_max_waiting: int = Field(default=256, ge=0, description="Most requests of one API key waiting for its fair "
                                  "share in an Ingress replica; beyond this the key gets 429 + Retry-After.")
+    key_refusal_hold_s: float = Field(default=0.25, ge=0, le=10, description="Seconds a request refused with a "
+                                      "4xx keeps its key's fair-share slot after the response has gone: a client "
+                                      "sending what the API refuses gets each answer at once but cannot fill its "
+                                      "share with them (it matters only while other keys are active). 0: off.")
 
 
 class ServeConfig(_Config):

@@ -8,9 +8,10 @@ temperature, an oversize body). The ordinary client asks plain questions sequent
 same 4 clients sending ordinary retrievals: on a small machine any 4 busy clients slow the fifth, and what hostile
 input must not do is cost more than that. The 4 other clients share one API key and the ordinary client has its
 own, as a flooding tenant and another user would (the Ingress's fair share between keys, `api.key_fair_share`,
-is what keeps them apart). Median of --repeats runs. Writes benchmarks/results/hostile-<date>.json.
+and the slot a refused request keeps for `api.key_refusal_hold_s`, are what keep them apart). Median of --repeats
+runs. Writes benchmarks/results/hostile-<date>.json.
 
-    python benchmarks/hostile_bench.py [--requests 40] [--repeats 3] [--set serve.api.key_fair_share=2]
+    python benchmarks/hostile_bench.py [--requests 40] [--repeats 3] [--set serve.api.key_refusal_hold_s=0]
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ def main() -> None:
           f"{ratio:.2f}x idle (goal <= 2x), {vs_busy:.2f}x ordinary load")
     command = " ".join(["python benchmarks/hostile_bench.py", *(f"--set {o}" for o in args.overrides)])
     result = {"date": dt.date.today().isoformat(), "command": command, "hostile_clients": HOSTILE_CLIENTS,
-              "key_fair_share": api.key_fair_share, "requests": args.requests, "repeats": args.repeats,
+              "key_fair_share": api.key_fair_share, "key_refusal_hold_s": api.key_refusal_hold_s,
+              "requests": args.requests, "repeats": args.repeats,
               "runs": runs, "summary": summary, "ratio_p50": round(ratio, 2),
               "ratio_p50_vs_busy": round(vs_busy, 2)}
     readme_tables.publish("hostile", result)

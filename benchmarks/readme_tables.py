@@ -123,7 +123,9 @@ def hostile_table(r: dict[str, Any], source: str) -> str:
         f"An ordinary client's `/v1/retrieve` ({r['requests']} sequential requests, top 5) alone and beside "
         f"{r['hostile_clients']} hostile clients sending bodies at and over every limit"
         + (f" (the other clients share one API key and the ordinary client has its own; fair share "
-           f"`api.key_fair_share` = {r['key_fair_share']})" if "key_fair_share" in r else "")
+           f"`api.key_fair_share` = {r['key_fair_share']}"
+           + (f", a refused request's slot held `api.key_refusal_hold_s` = {r['key_refusal_hold_s']:g} s"
+              if "key_refusal_hold_s" in r else "") + ")" if "key_fair_share" in r else "")
         + f"; median of {r['repeats']} runs (`{r['command']}`, {r['date']}, {source}):",
         "",
         "| ordinary /v1/retrieve | p50 ms | p95 ms |",

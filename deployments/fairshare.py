@@ -3,6 +3,9 @@
 limited. So a client that floods the API (however cheap or costly its requests) queues behind itself, and other
 keys' requests find the graph as busy as `slots` requests of the flooder make it, not as busy as the flood would.
 
+The Guard releases the slot of a refused request (4xx) only `api.key_refusal_hold_s` after its response: a
+client that sends what the API refuses gets its answers at once, but cannot keep its share busy with them.
+
 "Active" lingers `linger_s` after a key's last request ended: a client that sends one request after another is
 between requests for a few milliseconds at a time, and must not lose its share in each of those gaps.
 """
@@ -72,6 +75,10 @@ class FairShare:
         k.last_seen = self.clock()
         self._admit()
         self._forget()
+
+    def release_later(self, key: bytes, delay_s: float) -> None:
+        """`release` after `delay_s` seconds on the running loop; the slot stays taken until then."""
+        asyncio.get_running_loop().call_later(delay_s, self.release, key)
 
     def _admit(self) -> None:
         # A release can raise any key's limit (its own line moves; a key going idle lifts the others' limit).

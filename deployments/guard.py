@@ -1,5 +1,5 @@
 """A pure ASGI middleware in front of the API: bearer-key check, request body size limit, fair share between
-keys (`fairshare.py`), request counters.
+keys (`fairshare.py`, a refused request's slot held `refusal_hold_s` longer), request counters.
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses and client-disconnect detection pass through untouched.
 """
@@ -30,12 +30,26 @@ async def send_error(send: Send, status: int, kind: str, message: str,
     await send({"type": "http.response.body", "body": body})
 
 
+class _Response:
+    """The ASGI `send` of one request, remembering the status it sent (0 before the response starts)."""
+
+    def __init__(self, send: Send):
+        self.send, self.status = send, 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
 class Guard:
     def __init__(self, app: ASGIApp, keys: apikeys.KeyRing, max_body_bytes: int, share: FairShare,
-                 retry_after_s: int, open_paths: frozenset[str] = frozenset()):
+                 retry_after_s: int, refusal_hold_s: float = 0.0, open_paths: frozenset[str] = frozenset()):
         """`open_paths`: more paths served without a key (static files that hold no data); `retry_after_s`: sent
-        with 429 when a key's line is full."""
+        with 429 when a key's line is full; `refusal_hold_s`: how long a refused request's slot stays taken after
+        its response."""
         self.app, self.keys, self.max_body, self.share = app, keys, max_body_bytes, share
+        self.refusal_hold_s = refusal_hold_s
         self.retry_after = str(retry_after_s).encode()
         self.open_paths = OPEN_PATHS | open_paths
         self.requests = Counter("ragline_http_requests_total", description="HTTP requests by route and status.",
@@ -44,20 +58,13 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        route = scope["path"]
-        status = {"code": 500}
-
-        async def counted_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
-
+        route, response = scope["path"], _Response(send)
         try:
-            await self._guarded(scope, receive, counted_send)
+            await self._guarded(scope, receive, response)
         finally:
-            self.requests.inc(tags={"route": route, "status": str(status["code"])})
+            self.requests.inc(tags={"route": route, "status": str(response.status or 500)})
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: _Response) -> None:
         caller = None
         if scope["path"] not in self.open_paths:
             headers = dict(scope["headers"])
@@ -94,7 +101,7 @@ class Guard:
 
         await self._shared(caller, scope, replay, send)
 
-    async def _shared(self, caller: bytes | None, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _shared(self, caller: bytes | None, scope: Scope, receive: Receive, send: _Response) -> None:
         """Run the request in `caller`'s fair share (open paths, with no caller, run at once). The slot is held
         until the response has ended, streams included."""
         if caller is None:
@@ -108,4 +115,9 @@ class Guard:
         try:
             await self.app(scope, receive, send)
         finally:
-            self.share.release(caller)
+            # A refused request keeps its slot a while: a key sending what the API refuses (malformed bodies,
+            # out-of-range fields) gets each answer at once but cannot spend its share as fast as it can send.
+            if self.refusal_hold_s and 400 <= send.status < 500:
+                self.share.release_later(caller, self.refusal_hold_s)
+            else:
+                self.share.release(caller)

@@ -42,4 +42,5 @@ def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator
         app.include_router(module.router(edge))
     app.include_router(console.router(edge, storage))
     share = FairShare(api.key_fair_share, api.key_max_waiting)
-    return Guard(app, keys, api.max_body_bytes, share, api.retry_after_s, open_paths=console.OPEN_PATHS)
+    return Guard(app, keys, api.max_body_bytes, share, api.retry_after_s, refusal_hold_s=api.key_refusal_hold_s,
+                 open_paths=console.OPEN_PATHS)

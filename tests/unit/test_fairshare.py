@@ -119,3 +119,49 @@ def test_the_guard_holds_a_slot_until_the_response_ends_and_answers_429_when_the
         assert len(served) == 3 and all(k.running == 0 for k in guard.share.keys.values())
 
     asyncio.run(run())
+
+
+def test_a_refused_request_answers_at_once_but_holds_its_keys_slot_a_while():
+    keys = ["first-key-0123456789", "second-key-0123456789"]
+    gate = asyncio.Event()
+
+    async def app(scope, receive, send) -> None:  # /v1/slow ends when the gate opens; /v1/bad is refused
+        if scope["path"] == "/v1/slow":
+            await gate.wait()
+        status = 422 if scope["path"] == "/v1/bad" else 200
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = Guard(app, apikeys.KeyRing.of(keys), 65_536, FairShare(slots=1, max_waiting=4), retry_after_s=1,
+                  refusal_hold_s=0.3)
+
+    async def call(key: str, path: str) -> tuple[int, float]:
+        statuses: list[int] = []
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        t0 = asyncio.get_running_loop().time()
+        await guard({"type": "http", "method": "GET", "path": path,
+                     "headers": [(b"authorization", f"Bearer {key}".encode())]}, receive, send)
+        return statuses[0], asyncio.get_running_loop().time() - t0
+
+    async def run() -> None:
+        slow = asyncio.create_task(call(keys[0], "/v1/slow"))  # the first key is active: the keys contend
+        await asyncio.sleep(0.01)
+        status, took = await call(keys[1], "/v1/bad")
+        assert status == 422 and took < 0.1  # the refusal itself is not delayed
+        status, took = await call(keys[1], "/v1/ok")
+        assert status == 200 and 0.2 < took < 1.0  # the next waits for the held slot
+        status, took = await call(keys[1], "/v1/ok")
+        assert status == 200 and took < 0.1  # a served request hands its slot back at once
+        gate.set()
+        assert (await slow)[0] == 200
+        await asyncio.sleep(0.35)
+        assert all(k.running == 0 for k in guard.share.keys.values())
+
+    asyncio.run(run())
