@@ -70,6 +70,16 @@ class SFTDataConfig(_Config):
                             "response after the chat template). Longer records are dropped as 'too_long'.")
     packing: bool = Field(default=False, description="Concatenate examples into rows of up to max_length tokens "
                           "(fewer pad tokens; attention crosses example boundaries, as in TRL's naive packing).")
+    pad_to_multiple_of: int = Field(default=32, ge=1, le=4096, description="A micro-batch is padded to a "
+                                    "multiple of this many tokens: a few shapes recur instead of one per length. "
+                                    "On CPU each new shape costs oneDNN compiled kernels, kept in a cache of 1,024 "
+                                    "(README, Answers: a run padded to exact lengths grew in memory and slowed "
+                                    "step after step). 1: exact lengths.")
+    group_by_length: int = Field(default=0, ge=0, description="Windows of this many examples (a multiple of "
+                                 "batch_size) are sorted by length and cut into micro-batches of like length, "
+                                 "which then come in a seeded random order: fewer pad tokens, attention still "
+                                 "within each example. Replaces the training loop's shuffle buffer, so the rows "
+                                 "should come shuffled (rag_qa questions do). 0: off.")
 
 
 class RerankerDataConfig(_Config):

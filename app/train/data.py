@@ -8,6 +8,7 @@ the first ones (file and content); with `skip` they are dropped and counted.
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from app.errors import UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
 from app.train.reranker_data import MineNegatives, PairTokenize, QueryRow, self_pairs
-from app.train.sft_data import SFTTokenize, pack
+from app.train.sft_data import SFTTokenize, group_by_length, pack
 
 SHOW_BAD = 5  # bad records named in the error
 # CPUs each preparation task or actor asks for: a fraction, so preparing data fits beside a Serve graph that holds
@@ -148,7 +149,11 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> r
     # the default serving config where the caller (run_training without the CLI) filled in none
     rq = with_serving(cfg.model_copy(deep=True), AppConfig()).sft.rag_qa
     assert rq is not None
-    return ray.data.from_items(question_rows(rq)).map_batches(
+    rows = question_rows(rq)
+    # A question set lists its questions article by article; SGD wants them mixed (the loop's shuffle buffer of
+    # 256 rows spans about one article). Seeded, so a resumed run sees the same order.
+    random.Random(cfg.seed).shuffle(rows)
+    return ray.data.from_items(rows).map_batches(
         RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64, concurrency=1,
         num_cpus=PREP_CPUS)
 
@@ -170,6 +175,9 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
         ds = ds.map_batches(pack, fn_kwargs={"max_length": cfg.sft.max_length},  # type: ignore[arg-type]
                             batch_size=4096, num_cpus=PREP_CPUS)
         ds = ds.select_columns(["input_ids", "labels"], num_cpus=PREP_CPUS)
+    if cfg.sft.group_by_length:
+        ds = ds.map_batches(group_by_length, batch_size=cfg.sft.group_by_length,  # type: ignore[arg-type]
+                            fn_kwargs={"micro_batch": cfg.batch_size, "seed": cfg.seed}, num_cpus=PREP_CPUS)
     ds = ds.materialize()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rq = cfg.sft.rag_qa

@@ -112,15 +112,17 @@ def train_loop(config: LoopConfig) -> None:
     nodes = _worker_nodes(world)  # reported too: the Ray node each rank runs on
     shard = ray.train.get_dataset_shard("train")
     pad_id = config["pad_id"]
-    collate = (lambda b: collate_lm(b, pad_id)) if cfg.task == "sft" else (lambda b: collate_groups(b, pad_id))
+    collate = (lambda b: collate_lm(b, pad_id, cfg.sft.pad_to_multiple_of)) if cfg.task == "sft" else \
+        (lambda b: collate_groups(b, pad_id))
     storage = Storage(config["storage"])
     window = metrics.Window()
     last_saved = step if checkpoint else -1
     unreported_s = REPORT_EVERY_S  # the attempt's first step is reported
     done = step >= config["total_steps"]
+    grouped = cfg.task == "sft" and cfg.sft.group_by_length > 0  # micro-batches formed in the data already
     while not done and epoch < cfg.epochs:
         batches = shard.iter_torch_batches(batch_size=cfg.batch_size, collate_fn=collate, drop_last=True,
-                                           local_shuffle_buffer_size=SHUFFLE_BUFFER,
+                                           local_shuffle_buffer_size=None if grouped else SHUFFLE_BUFFER,
                                            local_shuffle_seed=cfg.seed * 1000 + epoch)
         for micro, batch in enumerate(batches):
             if micro < position:  # consumed before the checkpoint we resumed from

@@ -162,11 +162,24 @@ def pack(batch: dict[str, np.ndarray], max_length: int) -> dict[str, list[Any]]:
     return rows
 
 
-def collate_lm(batch: dict[str, np.ndarray], pad_id: int) -> Batch:
-    """Right-pad a micro-batch to its longest row: input_ids, labels, attention_mask, each (B, T) int64."""
+def group_by_length(batch: dict[str, np.ndarray], micro_batch: int, seed: int) -> dict[str, list[Any]]:
+    """map_batches function over a window of examples: sorted by length, cut into runs of `micro_batch` (each run
+    padded to its own longest, so little padding), and the runs put in an order drawn from `seed` and the window's
+    lengths (the same window gives the same order, so a resumed run replays it)."""
+    lengths = [len(x) for x in batch["input_ids"]]
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    runs = [order[i: i + micro_batch] for i in range(0, len(order), micro_batch)]
+    rng = np.random.default_rng([seed, len(lengths), sum(lengths)])
+    picked = [i for r in rng.permutation(len(runs)) for i in runs[r]]
+    return {k: [batch[k][i] for i in picked] for k in ("input_ids", "labels")}
+
+
+def collate_lm(batch: dict[str, np.ndarray], pad_id: int, multiple: int = 1) -> Batch:
+    """Right-pad a micro-batch to its longest row rounded up to `multiple`: input_ids, labels, attention_mask, each
+    (B, T) int64."""
     import torch
 
-    longest = max(len(x) for x in batch["input_ids"])
+    longest = -(-max(len(x) for x in batch["input_ids"]) // multiple) * multiple
     n = len(batch["input_ids"])
     ids = torch.full((n, longest), pad_id, dtype=torch.long)
     labels = torch.full((n, longest), IGNORE, dtype=torch.long)

@@ -12,7 +12,7 @@ from app import envs
 from app.models import generator
 from app.train.config import SFTDataConfig, TrainJobConfig, load_job_config
 from app.train.metrics import flops_per_token
-from app.train.sft_data import IGNORE, BadRecord, SFTTokenize, collate_lm, encode, pack, to_messages
+from app.train.sft_data import IGNORE, BadRecord, SFTTokenize, collate_lm, encode, group_by_length, pack, to_messages
 from app.train.strategies import lr_factor
 from tests.helpers import ROOT
 
@@ -74,6 +74,28 @@ def test_packing_and_collation():
                     "labels": np.array(packed["labels"], dtype=object)}, pad_id=0)
     assert t["input_ids"].shape == (2, 5) and t["labels"][1, 4].item() == IGNORE
     assert t["attention_mask"].sum().item() == 9
+    t = collate_lm({"input_ids": np.array(packed["input_ids"], dtype=object),
+                    "labels": np.array(packed["labels"], dtype=object)}, pad_id=0, multiple=8)
+    assert t["input_ids"].shape == (2, 8) and t["attention_mask"].sum().item() == 9  # a recurring shape
+
+
+def test_group_by_length_makes_micro_batches_of_like_length_in_a_replayable_order():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(50, 800, size=64)
+    batch = {"input_ids": np.array([list(range(n)) for n in lengths], dtype=object),
+             "labels": np.array([[IGNORE] * (n - 1) + [7] for n in lengths], dtype=object)}
+    out = group_by_length(batch, micro_batch=4, seed=3)
+    got = [len(x) for x in out["input_ids"]]
+    assert sorted(got) == sorted(lengths.tolist())  # every example once
+    assert all(len(x) == len(y) for x, y in zip(out["input_ids"], out["labels"], strict=True))
+
+    def padded(ls: list[int]) -> int:
+        return sum(max(ls[i: i + 4]) * 4 for i in range(0, len(ls), 4))
+
+    assert padded(got) < 1.05 * sum(got) < padded(lengths.tolist())  # little padding left, less than before
+    assert got != sorted(got)  # the runs come shuffled, not shortest first
+    assert [len(x) for x in group_by_length(batch, micro_batch=4, seed=3)["input_ids"]] == got
+    assert [len(x) for x in group_by_length(batch, micro_batch=4, seed=4)["input_ids"]] != got
 
 
 def test_warmup_then_cosine_schedule():
@@ -113,7 +135,8 @@ def test_the_rag_qa_job_trains_on_the_serving_prompt():
 
     cfg = load_job_config(ROOT / "deployments/jobs/rag_qa.yaml", "sft", ["sft.rag_qa.limit=10"])
     assert cfg.sft.paths == [] and cfg.sft.rag_qa is not None and cfg.sft.rag_qa.generator is None
-    assert cfg.precision == "bf16" and cfg.freeze_layers == 18 and cfg.torch_threads == 2
+    assert cfg.precision == "bf16" and cfg.freeze_layers == 16 and cfg.torch_threads == 2
+    assert cfg.sft.group_by_length % cfg.batch_size == 0
     serving = load_config(None, ["serve.generator.passages=2"])
     filled = with_serving(cfg, serving).sft.rag_qa
     assert filled is not None and filled.generator == serving.serve.generator and filled.search == serving.search
