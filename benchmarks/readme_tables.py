@@ -119,13 +119,15 @@ def hostile_table(r: dict[str, Any], source: str) -> str:
     for run in r["runs"]["hostile"]:
         for status, n in run["hostile_statuses"].items():
             statuses[status] = statuses.get(status, 0) + n
+    # the settings that keep the clients apart, as far as the file records them (older files have fewer)
+    keys = [f"fair share `api.key_fair_share` = {r['key_fair_share']}"] if "key_fair_share" in r else []
+    if "key_refusal_hold_s" in r:
+        keys.append(f"a refused request's slot held `api.key_refusal_hold_s` = {r['key_refusal_hold_s']:g} s")
     lines = [
         f"An ordinary client's `/v1/retrieve` ({r['requests']} sequential requests, top 5) alone and beside "
         f"{r['hostile_clients']} hostile clients sending bodies at and over every limit"
-        + (f" (the other clients share one API key and the ordinary client has its own; fair share "
-           f"`api.key_fair_share` = {r['key_fair_share']}"
-           + (f", a refused request's slot held `api.key_refusal_hold_s` = {r['key_refusal_hold_s']:g} s"
-              if "key_refusal_hold_s" in r else "") + ")" if "key_fair_share" in r else "")
+        + (" (the other clients share one API key and the ordinary client has its own; " + ", ".join(keys) + ")"
+           if keys else "")
         + f"; median of {r['repeats']} runs (`{r['command']}`, {r['date']}, {source}):",
         "",
         "| ordinary /v1/retrieve | p50 ms | p95 ms |",

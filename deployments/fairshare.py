@@ -3,9 +3,6 @@
 limited. So a client that floods the API (however cheap or costly its requests) queues behind itself, and other
 keys' requests find the graph as busy as `slots` requests of the flooder make it, not as busy as the flood would.
 
-The Guard releases the slot of a refused request (4xx) only `api.key_refusal_hold_s` after its response: a
-client that sends what the API refuses gets its answers at once, but cannot keep its share busy with them.
-
 "Active" lingers `linger_s` after a key's last request ended: a client that sends one request after another is
 between requests for a few milliseconds at a time, and must not lose its share in each of those gaps.
 """
