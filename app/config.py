@@ -207,6 +207,11 @@ class RerankerConfig(_Config):
     )
     candidates: int = Field(default=20, ge=1, le=1000, description="Retrieved chunks the reranker scores.")
     max_length: int = Field(default=256, ge=16, description="Tokens of (question, passage) the cross-encoder reads.")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        default="auto", description="What the cross-encoder computes in. 'auto': bf16 where the hardware has it "
+        "natively (CUDA, AVX512-BF16 or AMX), else fp32. On 2 such cores bf16 scores 160 pairs 2.2x as fast as fp32, "
+        "in the same order (Spearman 0.998)."
+    )
     retriever_weight: float = Field(
         default=1.0, ge=0, description="RRF weight of the retriever's order, fused with the cross-encoder's (weight "
         "1), for retrieved candidates (the RAG graph, `eval retrieval --rerank`; not /v1/rerank, whose documents "

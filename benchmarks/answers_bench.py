@@ -3,9 +3,11 @@ prompt a user would write first against Ragline's tuned default, and against fin
 run, through the same served graph (only `serve.generator` differs).
 
 - plain: "answer using only the numbered passages, cite them, say you do not know otherwise" (Ragline's earlier
-  default), 4 passages, up to 160 tokens, no stop string;
-- default: the tuned answer style (short phrase + citation, 2 passages, 64 tokens, one line);
-- each --model (catalog:sft:N, a directory): the default style with that generator.
+  default), 4 passages, up to 160 tokens, no stop string, the retriever's order (no reranker);
+- default: the tuned answer style (short phrase + citation, 2 passages, 64 tokens, one line), passages ordered by
+  the storage's promoted reranker when it has one (`serve.reranker.model: catalog:reranker`, the default);
+- each --model (catalog:sft:N, a directory): the default style with that generator, and, where a reranker is
+  promoted, once more without it (what the reranker adds).
 
 The graph answers greedily, so each configuration is scored once (a repeat gives the same answers); latency is
 reported as measured. Writes benchmarks/results/answers-<date>.json and regenerates README's table.
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import apikeys  # noqa: E402
+from app.catalog import Catalog  # noqa: E402
 from app.config import load_config  # noqa: E402
 from app.eval.answers import Endpoint, evaluate_answers  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
@@ -40,7 +43,9 @@ from benchmarks.serve_bench import deploy  # noqa: E402
 PLAIN = ["serve.generator.system_prompt=Answer the question using only the numbered passages. After each fact, cite "
          "the passage it comes from by its number in square brackets, like [1]. If the passages do not contain the "
          "answer, say that you do not know.",
-         "serve.generator.passages=4", "serve.generator.max_new_tokens=160", "serve.generator.stop=[]"]
+         "serve.generator.passages=4", "serve.generator.max_new_tokens=160", "serve.generator.stop=[]",
+         "serve.reranker.model=null"]
+NO_RERANKER = " (no reranker)"
 
 
 def main() -> None:
@@ -61,7 +66,10 @@ def main() -> None:
         run_ingest([str(corpus)], load_config(None, []), storage)
     key = apikeys.load(storage)[0][0]
     configs: dict[str, list[str]] = {"plain": PLAIN, "default": []}
-    configs |= {m: [f"serve.generator.model={m}"] for m in args.model}
+    for m in args.model:
+        configs[m] = [f"serve.generator.model={m}"]
+        if Catalog(storage).promoted("reranker"):
+            configs[m + NO_RERANKER] = [f"serve.generator.model={m}", "serve.reranker.model=null"]
     runs: dict[str, Any] = {}
     for name, overrides in configs.items():
         print(f"{name}:", flush=True)

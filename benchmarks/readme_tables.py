@@ -81,16 +81,18 @@ def answers_table(r: dict[str, Any], source: str) -> str:
         f"`/v1/query` by `ragline eval answers` (index v{first['index_version']} of all the file's paragraphs, top "
         f"{first['top_k']} retrieved; `{r['command']}`, {r['date']}, {source}):",
         "",
-        "| generator and prompt | F1 | exact match | citation accuracy | gold passage in prompt | \"I don't know\" | "
-        "answer tokens | latency p50 / p95 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| generator and prompt | reranker | F1 | exact match | citation accuracy | gold passage in prompt | "
+        "\"I don't know\" | answer tokens | latency p50 / p95 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, x in r["runs"].items():
         label = {"plain": "plain RAG prompt (4 passages, 160 tokens)", "default": "Ragline default (tuned prompt)"}.get(
             name, f"fine-tuned `{x['generator']}`")
-        lines.append(f"| {label} | {x['f1']:.1f} | {x['exact_match']:.1f} | {x['citation_accuracy']:.2f} | "
-                     f"{x['gold_in_context']:.2f} | {x['idk_rate']:.2f} | {x['answer_tokens']:.1f} | "
-                     f"{x['latency_p50_s']:.2f} / {x['latency_p95_s']:.2f} s |")
+        reranker = x.get("reranker", "none")  # older results did not record it (none was served)
+        reranker = reranker if reranker == "none" else f"`{reranker}`"
+        lines.append(f"| {label} | {reranker} | {x['f1']:.1f} | {x['exact_match']:.1f} | "
+                     f"{x['citation_accuracy']:.2f} | {x['gold_in_context']:.2f} | {x['idk_rate']:.2f} | "
+                     f"{x['answer_tokens']:.1f} | {x['latency_p50_s']:.2f} / {x['latency_p95_s']:.2f} s |")
     ratios = ", ".join(f"{k.removeprefix('f1_').replace('_over_', ' / ')} {v:.1f}x" for k, v in r["ratios"].items())
     return "\n".join([*lines, "", f"F1 ratios: {ratios}."])
 

@@ -35,7 +35,7 @@ from app import apikeys, serving  # noqa: E402
 from app.config import AppConfig, load_config  # noqa: E402
 from app.demo_corpus import write_demo_corpus  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
-from app.models import cross_encoder  # noqa: E402
+from app.models import cross_encoder, embedder  # noqa: E402
 from app.rag.flow import RagFlow  # noqa: E402
 from app.rag.protocol import (  # noqa: E402
     Document,
@@ -104,7 +104,8 @@ class LocalBackends:
     def _rank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
         """As the Reranker deployment orders them: retrieved passages fused with their retrieval order."""
         pairs = [(query, cross_encoder.passage_text(title, text)) for title, text in documents]
-        scores = cross_encoder.score(self.cross_encoder, pairs)
+        scores = cross_encoder.score(self.cross_encoder, pairs,
+                                     embedder.choose_precision(self.rerank_cfg.precision, "cpu"))
         weight = self.rerank_cfg.retriever_weight if retrieved else 0.0
         order = cross_encoder.rerank_order(scores, weight, self.rerank_cfg.rrf_k)[:top_n]
         return Ranking("bench-cross-encoder", order, [scores[i] for i in order])

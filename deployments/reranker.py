@@ -18,7 +18,7 @@ from typing import Any
 from ray import serve
 
 from app.config import RerankerConfig
-from app.models import cross_encoder, trained
+from app.models import cross_encoder, embedder, trained
 from app.rag.protocol import Document, Ranking, StageReady
 from app.storage import Storage
 from deployments.watch import Watcher
@@ -29,12 +29,14 @@ log = logging.getLogger("ray.serve")
 
 class RerankerReady(StageReady):
     reranker: str  # the model's label, or "none"
+    precision: str  # what it scores in: bf16 or fp32
 
 
 @serve.deployment(name="Reranker")
 class Reranker:
     def __init__(self, storage: str, cfg: RerankerConfig, poll_interval_s: float):
         self.cfg = cfg
+        self.precision = embedder.choose_precision(cfg.precision, "cpu")
         self.storage = Storage(storage)
         self.current: tuple[Any, str] = (None, NONE)  # (CrossEncoder, its label), swapped as one reference
         self._score.set_max_batch_size(self.cfg.max_batch_size)  # type: ignore[attr-defined]
@@ -61,7 +63,7 @@ class Reranker:
         """All pairs of all waiting requests in one `predict` call; (model label, scores) back per request."""
         model, label = self.current
         pairs = [(q, text) for q, texts in requests for text in texts]
-        scores = await asyncio.to_thread(cross_encoder.score, model, pairs)
+        scores = await asyncio.to_thread(cross_encoder.score, model, pairs, self.precision)
         out, start = [], 0
         for _, texts in requests:
             out.append((label, scores[start : start + len(texts)]))
@@ -80,7 +82,7 @@ class Reranker:
         return Ranking(label, order, [scores[i] for i in order])
 
     def ready(self) -> RerankerReady:
-        return {"ready": True, "reranker": self.current[1]}
+        return {"ready": True, "reranker": self.current[1], "precision": self.precision}
 
     def __del__(self) -> None:
         if hasattr(self, "watcher"):

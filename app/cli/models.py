@@ -70,7 +70,8 @@ def models_promote(
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
-    if force or catalog.get_model(name, version).task != "sft":
+    stage = "generator" if catalog.get_model(name, version).task == "sft" else "reranker"
+    if force or stage != "generator":
         catalog.promote(name, version)
         result = PromotionResult(name=name, version=version, forced=force)
     else:
@@ -83,5 +84,5 @@ def models_promote(
     if result.served and result.candidate:
         out.print(f"F1 {result.candidate.f1:.1f} against {result.served.f1:.1f} for {result.served.generator} "
                   f"({result.candidate.questions} {split} questions of {result.candidate.dataset})")
-    out.print(f"promoted {name} version {version}: a graph serving serve.generator.model=catalog:{name} swaps to it "
+    out.print(f"promoted {name} version {version}: a graph serving serve.{stage}.model=catalog:{name} swaps to it "
               "within seconds")

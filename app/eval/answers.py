@@ -50,6 +50,7 @@ class AnswerEvalReport(BaseModel):
     errors: int  # requests that failed (scored as empty answers)
     index_version: int
     generator: str  # the model version that answered (the last one, if a promotion happened meanwhile)
+    reranker: str = "none"  # the reranker version that ordered the passages ("none": the retriever's order)
     top_k: int
     exact_match: float
     f1: float
@@ -89,6 +90,7 @@ class Answer(TypedDict):
     completion_tokens: int
     latency_s: float  # seconds, the whole request
     model: str  # the generator's model version ("" when the request failed)
+    reranker: str  # the reranker's version, or "none" ("" when the request failed)
     index_version: int  # 0 when the request failed
     error: str  # "" when it answered
 
@@ -125,12 +127,13 @@ class AskEndpoint:
         return {"answer": body["answer"], "chunk_ids": [c["chunk_id"] for c in body["citations"]],
                 "doc_ids": [c["doc_id"] for c in body["citations"]],
                 "completion_tokens": int(body["usage"]["completion_tokens"] or 0), "latency_s": latency,
-                "model": body["models"]["generator"], "index_version": int(body["index_version"]), "error": ""}
+                "model": body["models"]["generator"], "reranker": body["models"]["reranker"],
+                "index_version": int(body["index_version"]), "error": ""}
 
     @staticmethod
     def failed(latency: float, error: str) -> Answer:
         return {"answer": "", "chunk_ids": [], "doc_ids": [], "completion_tokens": 0, "latency_s": latency,
-                "model": "", "index_version": 0, "error": error}
+                "model": "", "reranker": "", "index_version": 0, "error": error}
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         answers: Sequence[Mapping[str, object]] = list(self.pool.map(self.ask, [str(q) for q in batch["question"]]))
@@ -179,7 +182,7 @@ def score(questions: list[Question], rows: list[AnswerRow], chunk_text: dict[str
 
 
 def summarize(scored: list[Scored], *, run_id: str, dataset: str, split: str, index_version: int, generator: str,
-              top_k: int, wall_s: float, started_at: str) -> AnswerEvalReport:
+              top_k: int, wall_s: float, started_at: str, reranker: str = "none") -> AnswerEvalReport:
     n = len(scored)
     assert n > 0
     latencies = [s.latency_s for s in scored if not s.error]
@@ -193,7 +196,7 @@ def summarize(scored: list[Scored], *, run_id: str, dataset: str, split: str, in
 
     return AnswerEvalReport(
         run_id=run_id, dataset=dataset, split=split, questions=n, errors=sum(bool(s.error) for s in scored),
-        index_version=index_version, generator=generator, top_k=top_k,
+        index_version=index_version, generator=generator, reranker=reranker, top_k=top_k,
         exact_match=round(100 * sum(s.exact_match for s in scored) / n, 2),
         f1=round(100 * sum(s.f1 for s in scored) / n, 2),
         citation_accuracy=rate([s.cited_ok for s in scored]), gold_in_context=rate([s.gold_in_context for s in scored]),
@@ -233,10 +236,11 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
     if all(r["error"] for r in rows):
         raise Unavailable(f"every request failed; the first: {rows[0]['error']}")
     scored = score(questions, rows, {c["chunk_id"]: c["text"] for c in chunks}, idk)
-    generator = next((r["model"] for r in reversed(rows) if r["model"]), "")
+    answered = next(r for r in reversed(rows) if not r["error"])
     run_id = new_run_id("answers")
     report = summarize(scored, run_id=run_id, dataset=dataset.name, split=split, index_version=version,
-                       generator=generator, top_k=top_k, wall_s=wall, started_at=started)
+                       generator=str(answered["model"]), reranker=str(answered["reranker"]), top_k=top_k,
+                       wall_s=wall, started_at=started)
     save(storage, report, scored)
     _log(mlflow_uri, storage, report, limit)
     return report
@@ -260,7 +264,7 @@ def load_runs(storage: Storage) -> list[AnswerEvalReport]:
 def _log(uri: str | None, storage: Storage, report: AnswerEvalReport, limit: int | None) -> None:
     uri = tracking.tracking_uri(uri, storage)
     params = {"dataset": report.dataset, "split": report.split, "limit": limit, "top_k": report.top_k,
-              "generator": report.generator, "index_version": report.index_version}
+              "generator": report.generator, "reranker": report.reranker, "index_version": report.index_version}
     run = tracking.start_run(uri, report.run_id, params, None, experiment=EXPERIMENT)
     metrics = report.model_dump(include={"exact_match", "f1", "citation_accuracy", "gold_in_context", "idk_rate",
                                          "answer_tokens", "latency_p50_s", "latency_p95_s", "tokens_per_s",

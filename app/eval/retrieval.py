@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from tqdm import tqdm
 
-from app.catalog import now_iso
+from app.catalog import Precision, now_iso
 from app.config import AppConfig
 from app.errors import NotFound, UserError
 from app.eval import RUNS, new_run_id
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
 from app.models import cross_encoder
+from app.models.embedder import choose_precision
 from app.qa.beir import load_beir
 from app.storage import Storage
 
@@ -67,7 +68,8 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     storage = Storage(f"{storage_root.rstrip('/')}/eval/{dataset_dir.name}")
     ingest = ensure_index(dataset_dir, storage, cfg)
 
-    scorer = Reranking(reranker, Storage(storage_root), cfg.serve.reranker.max_length) if reranker else None
+    scorer = Reranking(reranker, Storage(storage_root), cfg.serve.reranker.max_length,
+                       choose_precision(cfg.serve.reranker.precision, "cpu")) if reranker else None
     index = Index.load(storage)
     searcher = Searcher(index, cfg.search)
     qids = list(queries)
@@ -124,15 +126,16 @@ def load_retrieval_runs(storage: Storage) -> list[RetrievalEval]:
 class Reranking:
     """A CrossEncoder scoring (query, chunk) pairs the way the serving graph's reranker does."""
 
-    def __init__(self, spec: str, storage: Storage, max_length: int):
+    def __init__(self, spec: str, storage: Storage, max_length: int, precision: Precision):
         located = cross_encoder.locate(spec, storage)
         if located is None:
             raise NotFound(f"{spec}: no version is promoted yet (`ragline models promote NAME VERSION`)")
         path, self.name = located
         self.model = cross_encoder.load(path, max_length=max_length)
+        self.precision = precision
 
     def score(self, query: str, hits: dict[str, Hit]) -> dict[str, float]:
         ids = list(hits)
         scores = cross_encoder.score(self.model, [(query, cross_encoder.passage_text(hits[i].title, hits[i].text))
-                                                  for i in ids])
+                                                  for i in ids], self.precision)
         return {i: s for i, s in zip(ids, scores, strict=True)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from app.catalog import Precision
 from app.fusion import rrf
 from app.models import embedder, local_or_hub, trained
 from app.storage import Storage
@@ -52,11 +53,15 @@ def passage_text(title: str | None, text: str) -> str:
     return embedder.embed_text(title or "", text, include_title=True)
 
 
-def score(model: CrossEncoder, pairs: Sequence[tuple[str, str]]) -> list[float]:
-    """The model's score of each (query, passage text) pair, in order."""
+def score(model: CrossEncoder, pairs: Sequence[tuple[str, str]], precision: Precision = "fp32") -> list[float]:
+    """The model's score of each (query, passage text) pair, in order, computed in `precision` (bf16: autocast)."""
+    import torch
+
     if not pairs:
         return []
-    return [float(s) for s in model.predict(list(pairs), batch_size=64, show_progress_bar=False)]
+    with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        scores = model.predict(list(pairs), batch_size=64, show_progress_bar=False)
+    return [float(s) for s in scores]
 
 
 def rerank_order(scores: list[float], retriever_weight: float, k: int = 60) -> list[int]:

@@ -88,13 +88,18 @@ class RerankerDataConfig(_Config):
     beir_dir: str | None = Field(default=None, description="BEIR-style dataset directory (corpus.jsonl, "
                                  "queries.jsonl, qrels/<split>.tsv). None: mine pairs from the latest index in the "
                                  "storage root itself (pseudo-queries, see `self_queries`).")
-    split: str = Field(default="train", description="qrels split to train on.")
+    questions: str | None = Field(default=None, description="A question set (SQuAD v1.1 JSON, or JSONL "
+                                  "{question, answers, doc_id}) whose documents are in the storage root's index: "
+                                  "each question is a query, its document the positive (`ragline eval corpus`, "
+                                  "then `ragline ingest`, put them there). Not with beir_dir.")
+    split: str = Field(default="train", description="qrels split (beir_dir), or question split (questions: "
+                       "train, dev or all; SQuAD is split by article) to train on.")
     index_version: int | None = Field(default=None, ge=1, description="Index version negatives are mined from. "
                                       "None: the latest.")
     negatives: int = Field(default=7, ge=1, le=63, description="Hard negatives per positive.")
     mine_top_k: int = Field(default=30, ge=2, le=1000, description="BM25 and dense candidates per query; the "
                             "negatives are drawn from their union minus the positives.")
-    self_queries: int = Field(default=2000, ge=1, description="Without beir_dir: chunks turned into "
+    self_queries: int = Field(default=2000, ge=1, description="Without beir_dir or questions: chunks turned into "
                               "(pseudo-query, chunk) pairs; the query is the chunk's title, or its first sentence.")
     max_length: int = Field(default=256, ge=16, le=4096, description="Tokens of (query, passage) the "
                             "cross-encoder reads.")
@@ -190,6 +195,8 @@ class TrainJobConfig(_Config):
             raise ValueError("offload_optimizer needs strategy deepspeed")
         if self.task == "sft" and not self.sft.paths and self.sft.rag_qa is None:
             raise ValueError("sft.paths: give at least one jsonl or parquet file of training records (or sft.rag_qa)")
+        if self.reranker.beir_dir and self.reranker.questions:
+            raise ValueError("reranker: give beir_dir or questions, not both")
         if self.task == "reranker" and (self.lora is not None or self.freeze_layers):
             raise ValueError("lora and freeze_layers are for sft; the reranker is small enough to train whole")
         if self.lora is not None and self.freeze_layers:
@@ -242,4 +249,6 @@ def load_job_config(path: str | Path | None, task: str, overrides: list[str] | N
         cfg.sft.rag_qa.dataset = os.path.abspath(os.path.expanduser(cfg.sft.rag_qa.dataset))
     if cfg.reranker.beir_dir:
         cfg.reranker.beir_dir = os.path.abspath(os.path.expanduser(cfg.reranker.beir_dir))
+    if cfg.reranker.questions:
+        cfg.reranker.questions = os.path.abspath(os.path.expanduser(cfg.reranker.questions))
     return cfg

@@ -53,7 +53,8 @@ class SFTSource(TypedDict):
 class RerankerSource(TypedDict):
     """What reranker data was, for the model's lineage."""
 
-    beir_dir: str | None  # None: pairs mined from the index itself
+    beir_dir: str | None  # None (and no questions): pairs mined from the index itself
+    questions: NotRequired[str]  # the question set the queries came from
     split: str | None
     index_storage: str
     index_version: int
@@ -205,6 +206,17 @@ def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[QueryRow], 
     return rows, eval_storage
 
 
+def _question_pairs(cfg: TrainJobConfig) -> list[QueryRow]:
+    """A question set's split as query rows: each question, its document the positive."""
+    from app.qa.questions import load_questions
+
+    assert cfg.reranker.questions is not None
+    questions = load_questions(Path(cfg.reranker.questions), cfg.reranker.split)
+    if not questions:
+        raise UserError(f"{cfg.reranker.questions}: split {cfg.reranker.split!r} has no question")
+    return [{"qid": q.qid, "query": q.question, "positives": [q.doc_id]} for q in questions]
+
+
 def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
     from transformers import AutoTokenizer
 
@@ -213,6 +225,8 @@ def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> 
     rc = cfg.reranker
     if rc.beir_dir:
         rows, index_storage = _beir_pairs(cfg, storage)
+    elif rc.questions:
+        rows, index_storage = _question_pairs(cfg), storage
     else:
         index_storage = storage
         rows = self_pairs(Index.load(storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
@@ -225,11 +239,17 @@ def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> 
     ds = ds.map_batches(PairTokenize, fn_constructor_args=(model_path, rc.max_length), batch_size=64,
                         concurrency=1).select_columns(["input_ids", "token_type_ids"]).materialize()
     n = ds.count()
+    if not n:
+        raise UserError(f"none of the {len(rows)} queries' documents is in index version {version} of "
+                        f"{index_storage.uri}: ingest them first (for a question set: `ragline eval corpus`, then "
+                        "`ragline ingest`)")
     pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     # one group per (query, positive) pair; a positive the index does not hold makes none
     pairs = sum(len(r["positives"]) for r in rows)
     counts = DataCounts(records=pairs, kept=n, dropped={"positive_not_in_index": pairs - n} if pairs > n else {},
                         queries=len(rows), group_size=1 + rc.negatives)
-    source = RerankerSource(beir_dir=rc.beir_dir, split=rc.split if rc.beir_dir else None,
+    source = RerankerSource(beir_dir=rc.beir_dir, split=rc.split if rc.beir_dir or rc.questions else None,
                             index_storage=index_storage.uri, index_version=version)
+    if rc.questions:
+        source["questions"] = rc.questions
     return Prepared(ds, n, counts, int(pad), source)

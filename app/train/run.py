@@ -78,6 +78,8 @@ def validate(cfg: TrainJobConfig) -> str:
             raise NotFound(f"sft.rag_qa.dataset {cfg.sft.rag_qa.dataset} is not a file")
     elif cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
         raise NotFound(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
+    elif cfg.reranker.questions and not Path(cfg.reranker.questions).is_file():
+        raise NotFound(f"reranker.questions {cfg.reranker.questions} is not a file")
     return resolve_model(cfg)
 
 

@@ -457,6 +457,33 @@ def test_rag_qa_examples_are_the_prompts_the_graph_serves(served, tiny_lm, tmp_p
     assert prompt.count(f"Question: {QUESTION}") == 2 and "[1] Zebra migration" in prompt
 
 
+def test_reranker_groups_from_a_question_set_pair_each_question_with_its_document(served, tmp_path):
+    from transformers import AutoTokenizer
+
+    from app.errors import UserError
+    from app.models.cross_encoder import resolve
+    from app.train.config import TrainJobConfig
+    from app.train.data import prepare
+
+    minilm, storage = resolve("all-MiniLM-L6-v2"), served["storage"]
+
+    def job(questions) -> TrainJobConfig:
+        return TrainJobConfig.model_validate({"task": "reranker", "reranker": {
+            "questions": str(questions), "split": "all", "negatives": 2, "max_length": 128}})
+
+    prepared = prepare(job(_question_set(tmp_path / "qs.jsonl")), minilm, storage)
+    assert prepared.counts == {"records": 3, "kept": 3, "dropped": {}, "queries": 3, "group_size": 3}
+    assert prepared.source["questions"] == str(tmp_path / "qs.jsonl") and prepared.source["split"] == "all"
+    tokenizer = AutoTokenizer.from_pretrained(minilm)
+    for group in prepared.dataset.take_all():  # the positive first (the planted document), then 2 others
+        positive, *negatives = [tokenizer.decode(ids, skip_special_tokens=True) for ids in group["input_ids"]]
+        assert "zebra migration" in positive and len(negatives) == 2, group
+        assert not any("zebra migration" in n for n in negatives), negatives
+    latest = Catalog(storage).latest("indexes").version  # the index swap test may have published a newer one
+    with pytest.raises(UserError, match=f"none of the 3 queries' documents is in index version {latest}"):
+        prepare(job(_question_set(tmp_path / "bad.jsonl", "no-such-doc")), minilm, storage)
+
+
 def test_a_generator_version_earns_promotion_then_swaps_into_vllm_under_load(served, tmp_path):
     """`serve.generator.model=catalog:sft`: a version is judged against the served one by a copy of the graph that
     serves it (refused here: the same weights cannot answer better); promoted, it rolls the LLM application over

@@ -21,6 +21,18 @@ def test_bf16_vectors_are_unit_length_and_agree_with_fp32():
     assert np.argmax(bf16[1:] @ bf16[0]) == 0  # and the same nearest passage
 
 
+@pytest.mark.skipif(not embedder.native_bf16("cpu"), reason="this CPU has no native bf16")
+def test_the_cross_encoder_scores_in_bf16_close_to_fp32():
+    from app.models import cross_encoder
+
+    model = cross_encoder.load(cross_encoder.resolve("all-MiniLM-L6-v2"), max_length=64)  # an untrained head
+    pairs = [(TEXTS[0], t) for t in TEXTS[1:]] * 3
+    fp32, bf16 = cross_encoder.score(model, pairs, "fp32"), cross_encoder.score(model, pairs, "bf16")
+    assert len(bf16) == len(pairs) and all(isinstance(s, float) for s in bf16)
+    assert np.allclose(fp32, bf16, atol=0.05) and fp32 != bf16  # computed in bf16, not fp32 again
+    assert cross_encoder.score(model, [], "bf16") == []
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_openvino_gives_sentence_transformers_vectors(precision, tmp_path, monkeypatch):
     monkeypatch.setattr(envs, "RAGLINE_CACHE", str(tmp_path))  # a fresh conversion, kept in the cache

@@ -123,6 +123,7 @@ def test_flops_per_token_follows_palm():
     ({"freeze_layers": 4, "lora": {}}, "with lora the base model is frozen already"),
     ({"sft": {"rag_qa": {"dataset": "q.json", "split": "test"}}}, "rag_qa.split"),
     ({"sft": {"rag_qa": {"dataset": "q.json", "idk_fraction": 1}}}, "idk_fraction"),
+    ({"reranker": {"beir_dir": "scifact", "questions": "q.json"}}, "beir_dir or questions, not both"),
 ])
 def test_job_config_rejects(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -141,6 +142,12 @@ def test_the_rag_qa_job_trains_on_the_serving_prompt():
     filled = with_serving(cfg, serving).sft.rag_qa
     assert filled is not None and filled.generator == serving.serve.generator and filled.search == serving.search
     assert filled.dataset == os.path.abspath("../shared/datasets/squad/dev-a-v1.1.json")
+
+
+def test_the_question_set_reranker_job_trains_on_the_train_split():
+    cfg = load_job_config(ROOT / "deployments/jobs/rag_qa_reranker.yaml", "reranker")
+    assert cfg.reranker.questions == os.path.abspath("../shared/datasets/squad/dev-a-v1.1.json")
+    assert cfg.reranker.split == "train" and cfg.reranker.beir_dir is None and cfg.register_as == "reranker"
 
 
 def test_placement_strategy_is_one_of_rays():
