@@ -26,6 +26,13 @@ RAY_AUTH_MODE: str = os.environ.get("RAY_AUTH_MODE", "")
 #: Ray's auth token itself, or a file holding it (Ray reads the same two, then ~/.ray/auth_token).
 RAY_AUTH_TOKEN: str = os.environ.get("RAY_AUTH_TOKEN", "")
 RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
+#: Ray Serve's settings for a Ray that Ragline starts (`ray start --head` here, the tests' and benchmarks' local Ray;
+#: cluster/ sets the same): throughput-optimised Serve (Ray >= 2.55: gRPC between replicas, user code on the
+#: replica's own event loop, the garbage collector frozen after start), without its direct ingress (that keeps the
+#: HTTP proxy on the head node only and gives each ingress replica a port of its own, for HAProxy to balance).
+#: Either can be set in the environment instead.
+RAY_SERVE_ENV: dict[str, str] = {name: os.environ.get(name, default) for name, default in (
+    ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1"), ("RAY_SERVE_ENABLE_DIRECT_INGRESS", "0"))}
 #: The dashboard of a local `ray start --head` (its default port).
 LOCAL_DASHBOARD = "http://127.0.0.1:8265"
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -22,6 +23,13 @@ def connect(address: str | None) -> None:
         _connect(address)
     except RuntimeError as e:  # Ray refused to start or join (a version mismatch, say): its message says why
         raise RaglineError(str(e)) from e
+
+
+def init_local(**kwargs: Any) -> None:
+    """A private local Ray for this process (tests, benchmarks): `ray.init(address="local", **kwargs)`, its
+    processes given the Serve settings Ragline's own `ray start` gives them (envs.RAY_SERVE_ENV)."""
+    os.environ.update(envs.RAY_SERVE_ENV)  # the Ray processes started below inherit this process's environment
+    ray.init(address="local", **kwargs)
 
 
 def _connect(address: str | None) -> None:
@@ -42,7 +50,7 @@ def _connect(address: str | None) -> None:
         ray_bin = bin_dir / "ray"
         cmd = [str(ray_bin) if ray_bin.exists() else "ray", "start", "--head", "--disable-usage-stats"]
         # jobs submitted to this Ray (`ragline submit`) run `python ...` from its PATH: make it this environment's
-        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        env = {**os.environ, **envs.RAY_SERVE_ENV, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
         if not envs.RAY_AUTH_MODE and not envs.ray_auth_token():
             # `ray start --head` turns token authentication on only when a token exists (`ray.init()` makes one
             # itself): without it, anyone who reaches the ports could run code here. The token goes to

@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import ray
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +35,7 @@ from app.config import load_config  # noqa: E402
 from app.eval.answers import Endpoint, evaluate_answers  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
 from app.qa.questions import write_corpus  # noqa: E402
+from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from benchmarks.readme_tables import publish  # noqa: E402
 from benchmarks.serve_bench import deploy  # noqa: E402
@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     dataset = Path(args.dataset).resolve()
     storage = Storage(str(Path(args.storage).resolve()))
-    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
     if not storage.exists("indexes"):
         corpus = storage.local_path("corpus/squad.jsonl")
         write_corpus(dataset, corpus)

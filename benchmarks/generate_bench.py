@@ -28,7 +28,6 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-import ray
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +40,7 @@ from app.indexing import run_ingest  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
 from app.rag.prompt import Message, rag_prompt  # noqa: E402
+from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, deploy  # noqa: E402
 
@@ -186,7 +186,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="Directory for the results file")
     args = ap.parse_args()
     storage = Storage(str(Path(args.storage).resolve()))
-    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
     if not storage.exists("indexes"):
         corpus = write_demo_corpus(storage.local_path("demo-corpus"))
         run_ingest([str(corpus)], load_config(None, ["ingest.embed.concurrency=1"]), storage)

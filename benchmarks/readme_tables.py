@@ -176,10 +176,13 @@ def ingest_table(r: dict[str, Any], source: str) -> str:
 
 def serve_table(r: dict[str, Any], source: str) -> str:
     p, s, ratios = r["in_process"], r["serve"], r["ratios"]
+    # results before Ray Serve's settings were recorded ran with Ray's defaults
+    env = " ".join(f"{k}={v}" for k, v in r.get("ray_serve_env", {}).items())
+    env = f"`{env}`" if env else "Ray's defaults"
     lines = [
         f"`/v1/retrieve` (top 5) on the demo corpus, {r['repeats']} repeats per row, median; the Retriever's "
-        f"`@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g} ms (`{r['command']}`, {r['date']}, "
-        f"{source}):",
+        f"`@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g} ms; Ray Serve runs with {env} "
+        f"(`{r['command']}`, {r['date']}, {source}):",
         "",
         "| clients | in process p50 ms | req/s | Serve over HTTP p50 ms | req/s |",
         "|---|---|---|---|---|",

@@ -25,13 +25,12 @@ from typing import Any
 
 import httpx
 import numpy as np
-import ray
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import apikeys, serving  # noqa: E402
+from app import apikeys, envs, serving  # noqa: E402
 from app.config import AppConfig, load_config  # noqa: E402
 from app.demo_corpus import write_demo_corpus  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
@@ -46,6 +45,7 @@ from app.rag.protocol import (  # noqa: E402
     Ranking,
     Retrieved,
 )
+from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from deployments.generator import Generator  # noqa: E402
 
@@ -211,7 +211,7 @@ def deploy(storage: Storage, overrides: list[str], port: int, generator: dict[st
 def demo_storage(root: str) -> Storage:
     """A local Ray, and the storage root with the demo corpus indexed (ingested on first use)."""
     storage = Storage(str(Path(root).resolve()))
-    ray.init(address="local", namespace="ragline", include_dashboard=False, log_to_driver=False)
+    init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
     if not storage.exists("indexes"):
         corpus = write_demo_corpus(storage.local_path("demo-corpus"))
         run_ingest([str(corpus)], load_config(None, ["ingest.embed.concurrency=1"]), storage)
@@ -242,7 +242,7 @@ def main() -> None:
     results: dict[str, Any] = {"date": datetime.date.today().isoformat(),
                                "command": "python benchmarks/serve_bench.py " + shlex.join(sys.argv[1:]),
                                "max_tokens": MAX_TOKENS, "repeats": args.repeats,
-                               "retriever": cfg.serve.retriever.model_dump()}
+                               "retriever": cfg.serve.retriever.model_dump(), "ray_serve_env": envs.RAY_SERVE_ENV}
     print("in-process (no Serve, no HTTP):", flush=True)
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
     results["in_process"] = asyncio.run(measure(local, args.repeats, args.only))

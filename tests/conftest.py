@@ -44,8 +44,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def ray_cluster():
     # address="local": always a fresh cluster of our own, even if a `ray start` one runs on this machine
     # metrics exported every 2 s rather than Ray's 10: the vLLM tests read the engine's metrics where Prometheus does
-    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
-             _system_config={"metrics_report_interval_ms": 2000})
+    from app.raycluster import init_local
+
+    init_local(num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
+               _system_config={"metrics_report_interval_ms": 2000})
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
