@@ -1,6 +1,6 @@
 """Answer-quality benchmark: `ragline eval answers` on the held-out dev articles of SQuAD half A, for the plain RAG
 prompt a user would write first against Ragline's tuned default, and against fine-tuned generator versions, in one
-run, through the same served graph (only `serve.generator` differs).
+run, through the same served graph (only `serve.generator` and `serve.reranker` differ).
 
 - plain: "answer using only the numbered passages, cite them, say you do not know otherwise" (Ragline's earlier
   default), 4 passages, up to 160 tokens, no stop string, the retriever's order (no reranker);
@@ -66,9 +66,10 @@ def main() -> None:
         run_ingest([str(corpus)], load_config(None, []), storage)
     key = apikeys.load(storage)[0][0]
     configs: dict[str, list[str]] = {"plain": PLAIN, "default": []}
+    reranked = Catalog(storage).promoted("reranker") is not None
     for m in args.model:
         configs[m] = [f"serve.generator.model={m}"]
-        if Catalog(storage).promoted("reranker"):
+        if reranked:
             configs[m + NO_RERANKER] = [f"serve.generator.model={m}", "serve.reranker.model=null"]
     runs: dict[str, Any] = {}
     for name, overrides in configs.items():
