@@ -31,8 +31,8 @@ RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
 #: replica's own event loop, the garbage collector frozen after start), without its direct ingress (that keeps the
 #: HTTP proxy on the head node only and gives each ingress replica a port of its own, for HAProxy to balance).
 #: Either can be set in the environment instead.
-RAY_SERVE_ENV: dict[str, str] = {name: os.environ.get(name, default) for name, default in (
-    ("RAY_SERVE_THROUGHPUT_OPTIMIZED", "1"), ("RAY_SERVE_ENABLE_DIRECT_INGRESS", "0"))}
+RAY_SERVE_DEFAULTS = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
+RAY_SERVE_ENV: dict[str, str] = {name: os.environ.get(name, value) for name, value in RAY_SERVE_DEFAULTS.items()}
 #: The dashboard of a local `ray start --head` (its default port).
 LOCAL_DASHBOARD = "http://127.0.0.1:8265"
 

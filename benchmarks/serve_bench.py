@@ -94,6 +94,7 @@ class LocalBackends:
         # no @serve.batch inside: usable as a plain object
         self.generator = Generator.func_or_class(storage, cfg.serve.generator, cfg.serve.poll_interval_s)
         self.rerank_cfg = cfg.serve.reranker
+        self.rerank_precision = embedder.choose_precision(self.rerank_cfg.precision, "cpu")
 
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
         hits = await asyncio.to_thread(self.searcher.search, query, None, k)
@@ -104,8 +105,7 @@ class LocalBackends:
     def _rank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
         """As the Reranker deployment orders them: retrieved passages fused with their retrieval order."""
         pairs = [(query, cross_encoder.passage_text(title, text)) for title, text in documents]
-        scores = cross_encoder.score(self.cross_encoder, pairs,
-                                     embedder.choose_precision(self.rerank_cfg.precision, "cpu"))
+        scores = cross_encoder.score(self.cross_encoder, pairs, self.rerank_precision)
         weight = self.rerank_cfg.retriever_weight if retrieved else 0.0
         order = cross_encoder.rerank_order(scores, weight, self.rerank_cfg.rrf_k)[:top_n]
         return Ranking("bench-cross-encoder", order, [scores[i] for i in order])

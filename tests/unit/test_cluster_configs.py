@@ -28,6 +28,7 @@ import ray
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
+from app import envs
 from tests.helpers import ROOT, SHARED
 
 CLUSTER = ROOT / "cluster"
@@ -121,6 +122,7 @@ def test_ray_up_security_invariants(name):
     for command in commands:
         words = command.split()
         assert "RAY_AUTH_MODE=token" in words, command
+        assert {f"{k}={v}" for k, v in envs.RAY_SERVE_DEFAULTS.items()} <= set(words), "Serve as Ragline starts it"
         assert any(w.startswith("RAGLINE_STORAGE=") and len(w) > len("RAGLINE_STORAGE=") for w in words), command
         assert "--disable-usage-stats" in words
     assert cfg["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token", "the token must reach every node"
@@ -333,6 +335,8 @@ def test_every_kuberay_cluster_is_locked_down(where, spec):
         env = {e["name"]: e for e in c.get("env", [])}
         assert env["RAGLINE_STORAGE"]["value"], (group, "RAGLINE_STORAGE")
         assert "value" not in env.get("RAGLINE_API_KEYS", {}), "API keys only through a secretKeyRef"
+        if not where.endswith("RayJob"):  # the clusters that serve: Serve as Ragline starts it
+            assert {k: env[k]["value"] for k in envs.RAY_SERVE_DEFAULTS} == envs.RAY_SERVE_DEFAULTS, (group, env)
         limits = c["resources"]["limits"]
         gpus = int(limits.get("nvidia.com/gpu", 0))
         assert c["image"] == (GPU_IMAGE if gpus else IMAGE), (group, c["image"])
