@@ -28,10 +28,11 @@ RAY_AUTH_TOKEN: str = os.environ.get("RAY_AUTH_TOKEN", "")
 RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
 #: Ray Serve's settings for a Ray that Ragline starts (`ray start --head` here, the tests' and benchmarks' local Ray;
 #: cluster/ sets the same): throughput-optimised Serve (Ray >= 2.55: gRPC between replicas, user code on the
-#: replica's own event loop, the garbage collector frozen after start), without its direct ingress (that keeps the
-#: HTTP proxy on the head node only and gives each ingress replica a port of its own, for HAProxy to balance).
-#: Either can be set in the environment instead.
-RAY_SERVE_DEFAULTS = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
+#: replica's own event loop, the garbage collector frozen after start) with HAProxy as its HTTP proxy (the binary
+#: comes with ray[serve]): HAProxy listens on the Serve port and passes each request straight to an Ingress replica's
+#: own HTTP port, where Serve's Python proxy would parse it and call the replica through Ray. Either can be set in the
+#: environment instead (Serve's proxy: RAY_SERVE_ENABLE_HA_PROXY=0 RAY_SERVE_ENABLE_DIRECT_INGRESS=0).
+RAY_SERVE_DEFAULTS = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1"}
 RAY_SERVE_ENV: dict[str, str] = {name: os.environ.get(name, value) for name, value in RAY_SERVE_DEFAULTS.items()}
 #: The dashboard of a local `ray start --head` (its default port).
 LOCAL_DASHBOARD = "http://127.0.0.1:8265"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,12 @@ def connect(address: str | None) -> None:
         raise RaglineError(str(e)) from e
 
 
-def init_local(**kwargs: Any) -> None:
+def init_local(serve_env: Mapping[str, str] | None = None, **kwargs: Any) -> None:
     """A private local Ray for this process (tests, benchmarks): `ray.init(address="local", **kwargs)`, its
-    processes given the Serve settings Ragline's own `ray start` gives them (envs.RAY_SERVE_ENV)."""
-    os.environ.update(envs.RAY_SERVE_ENV)  # the Ray processes started below inherit this process's environment
+    processes given the Serve settings Ragline's own `ray start` gives them (envs.RAY_SERVE_ENV), or `serve_env`
+    over them."""
+    # the Ray processes started below inherit this process's environment
+    os.environ.update({**envs.RAY_SERVE_ENV, **(serve_env or {})})
     ray.init(address="local", **kwargs)
 
 

@@ -181,8 +181,7 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
     # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.cpus), and its
     # ray_actor_options come from its builder (the engine's environment): a config value would replace them
     copies: list[ApplicationConfig] = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
-        {**d, "ray_actor_options": {**(d.get("ray_actor_options") or {}), "num_cpus": 0.01}}
-        for d in graph.get("deployments") or []]}]
+        _reserving_little(d) for d in graph.get("deployments") or []]}]
     if llm is not None:
         copies.append({**llm, "name": CANDIDATE_LLM, "route_prefix": None})
     for app in copies:
@@ -191,6 +190,15 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
         app["args"] = {**args, "overrides": [*(args.get("overrides") or []), *overrides]}
     _apply(details, [a for n, a in apps.items() if n not in CANDIDATES] + copies)
     return CANDIDATE_PREFIX, [a["name"] for a in copies]
+
+
+def _reserving_little(d: DeploymentConfig) -> DeploymentConfig:
+    """The deployment reserving 0.01 CPU at most (an Ingress that reserves none, to fit a head node with none to
+    give, keeps none)."""
+    options = d.get("ray_actor_options") or {}
+    cpus = options.get("num_cpus", 0.01)
+    assert isinstance(cpus, int | float), cpus
+    return {**d, "ray_actor_options": {**options, "num_cpus": min(0.01, cpus)}}
 
 
 def remove_candidate() -> None:

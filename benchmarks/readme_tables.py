@@ -176,23 +176,30 @@ def ingest_table(r: dict[str, Any], source: str) -> str:
 
 def serve_table(r: dict[str, Any], source: str) -> str:
     p, s, ratios = r["in_process"], r["serve"], r["ratios"]
+    py = r.get("serve_python_proxy", {})  # measured since HAProxy became Ragline's HTTP proxy
     # results before Ray Serve's settings were recorded ran with Ray's defaults
     env = " ".join(f"{k}={v}" for k, v in r.get("ray_serve_env", {}).items())
     env = f"`{env}`" if env else "Ray's defaults"
     lines = [
-        f"`/v1/retrieve` (top 5) on the demo corpus, {r['repeats']} repeats per row, median; the Retriever's "
-        f"`@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g} ms; Ray Serve runs with {env} "
-        f"(`{r['command']}`, {r['date']}, {source}):",
+        f"`/v1/retrieve` (top 5) on the demo corpus, median of {r['repeats']} runs per row (each run measures every "
+        f"column once, in turn); the Retriever's `@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g}"
+        f" ms; Ray Serve runs with {env} (`{r['command']}`, {r['date']}, {source}):",
         "",
-        "| clients | in process p50 ms | req/s | Serve over HTTP p50 ms | req/s |",
-        "|---|---|---|---|---|",
+        "| clients | in process p50 ms | req/s | Serve over HTTP p50 ms | req/s |"
+        + (" Serve's Python proxy p50 ms | req/s |" if py else ""),
+        "|---|---|---|---|---|" + ("---|---|" if py else ""),
     ]
     for name in s:
-        lines.append(f"| {name.split()[-1].replace('seq', '1 (sequential)').lstrip('x')} | {p[name]['p50_ms']:.1f} | "
-                     f"{p[name]['rps']:.1f} | {s[name]['p50_ms']:.1f} | {s[name]['rps']:.1f} |")
+        row = (f"| {name.split()[-1].replace('seq', '1 (sequential)').lstrip('x')} | {p[name]['p50_ms']:.1f} | "
+               f"{p[name]['rps']:.1f} | {s[name]['p50_ms']:.1f} | {s[name]['rps']:.1f} |")
+        if py:
+            row += f" {py[name]['p50_ms']:.1f} | {py[name]['rps']:.1f} |" if name in py else " – | – |"
+        lines.append(row)
     seq = s["retrieve seq"]["rps"]
-    lines += ["", f"Serve overhead at p50: **{ratios['serve_overhead_retrieve_p50_ms']:.1f} ms** (goal ≤ 5 ms); "
-              "throughput through Serve at 32 clients over sequential: "
+    lines += ["", f"Serve overhead at p50: **{ratios['serve_overhead_retrieve_p50_ms']:.1f} ms** (goal ≤ 5 ms)"
+              + (f"; {ratios['python_proxy_overhead_retrieve_p50_ms']:.1f} ms through Serve's Python proxy"
+                 if "python_proxy_overhead_retrieve_p50_ms" in ratios else "")
+              + "; throughput through Serve at 32 clients over sequential: "
               f"**{s['retrieve x32']['rps'] / seq:.1f}x** (goal ≥ 3x); `@serve.batch` gain at 32 clients "
               f"{ratios['batch_gain_retrieve_x32']:.2f}x."]
     return "\n".join(lines)
@@ -231,6 +238,11 @@ def serve_profile_table(r: dict[str, Any], source: str) -> str:
              "| path | p50 ms | added over in-process |", "|---|---|---|"]
     lines += [f"| {name} | {ms:.1f} | {'– (no retrieval)' if 'healthz' in name else f'{ms - base:+.1f}'} |"
               for name, ms in layers.items()]
+    if cpu := r.get("cpu_ms_per_request"):  # measured since 2026-11-26
+        lines += ["", "CPU time each process spends on one sequential `/v1/retrieve` (ms, user + system; processes "
+                  "under 0.5 ms left out):", "",
+                  "| " + " | ".join(cpu) + " | total |", "|---" * (len(cpu) + 1) + "|",
+                  "| " + " | ".join(f"{ms:.1f}" for ms in cpu.values()) + f" | {sum(cpu.values()):.1f} |"]
     if r["profile_share_pct"]:
         # the labels of benchmarks/serve_profile.py, in the order they first appear
         whose = list(dict.fromkeys(k for shares in r["profile_share_pct"].values() for k in shares))

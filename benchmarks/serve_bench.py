@@ -2,9 +2,12 @@
 in one run, on the embedded demo corpus (Python reference topics).
 
 Measures p50/p99 latency of retrieve and query (sequential), throughput at 8 and 32 concurrent clients, the
-Serve overhead, and what @serve.batch buys the retriever and reranker under concurrency (the graph redeployed
-with max_batch_size=1). The reranker is a CrossEncoder with MiniLM's architecture (its head untrained: the timing
-is what matters here). Prints a table and the ratios; writes benchmarks/results/serve-<date>.json.
+Serve overhead, what @serve.batch buys the retriever and reranker under concurrency (the graph redeployed with
+max_batch_size=1), and what HAProxy, Ragline's HTTP proxy, buys over Serve's own Python proxy (a Ray started with
+RAY_SERVE_ENABLE_HA_PROXY=0 RAY_SERVE_ENABLE_DIRECT_INGRESS=0). Each repeat runs every side once, in turn, and each
+number is the median over the repeats. The reranker is a CrossEncoder with MiniLM's architecture (its head
+untrained: the timing is what matters here). Prints a table and the ratios; writes
+benchmarks/results/serve-<date>.json and rewrites the README table.
 
     python benchmarks/serve_bench.py [--repeats 3] [--storage DIR] [--only "retrieve seq" "retrieve x32" ...]
 """
@@ -14,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import shlex
 import statistics
 import sys
@@ -25,6 +27,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import ray
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +50,7 @@ from app.rag.protocol import (  # noqa: E402
 )
 from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
+from benchmarks.readme_tables import publish  # noqa: E402
 from deployments.generator import Generator  # noqa: E402
 
 QUESTIONS = [
@@ -57,6 +61,9 @@ QUESTIONS = [
     "What is the difference between is and ==?", "How are class attributes looked up?", "What is a coroutine?",
 ]
 MAX_TOKENS = 16
+# Serve's own HTTP proxy (an actor) instead of HAProxy, as Ragline ran it before (without direct ingress, which
+# throughput-optimised Serve turns on: the proxy would then run on the head node only, each Ingress on its own port)
+PYTHON_PROXY = {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_ENABLE_DIRECT_INGRESS": "0"}
 PASSAGES = 20  # reranked per /v1/rerank call
 
 
@@ -169,17 +176,22 @@ PLAN = {  # name → (method, clients, requests)
 }
 
 
-async def measure(target: Any, repeats: int, names: list[str]) -> dict[str, dict[str, float]]:
+async def measure(target: Any, names: list[str]) -> dict[str, dict[str, float]]:
+    """One run of each of `names` against `target` (after a warm-up)."""
     await run_clients(target.retrieve, 4, 8)  # warm-up
     await run_clients(target.rerank, 1, 1)
     out: dict[str, dict[str, float]] = {}
     for name in names:
         method, clients, n = PLAN[name]
-        runs = [await run_clients(getattr(target, method), clients, n) for _ in range(repeats)]
-        out[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        out[name] = await run_clients(getattr(target, method), clients, n)
         print(f"  {name:14s} p50 {out[name]['p50_ms']:8.1f} ms  p99 {out[name]['p99_ms']:8.1f} ms  "
               f"{out[name]['rps']:7.2f} req/s", flush=True)
     return out
+
+
+def median_runs(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """name → metric → the median over the runs."""
+    return {name: {k: statistics.median(r[name][k] for r in runs) for k in runs[0][name]} for name in runs[0]}
 
 
 def make_reranker(cache: Path) -> str:
@@ -208,10 +220,11 @@ def deploy(storage: Storage, overrides: list[str], port: int, generator: dict[st
     serving.deploy(schema)
 
 
-def demo_storage(root: str) -> Storage:
-    """A local Ray, and the storage root with the demo corpus indexed (ingested on first use)."""
+def demo_storage(root: str, serve_env: dict[str, str] | None = None) -> Storage:
+    """A local Ray (Ragline's Serve settings, `serve_env` over them), and the storage root with the demo corpus
+    indexed (ingested on first use)."""
     storage = Storage(str(Path(root).resolve()))
-    init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
+    init_local(serve_env, namespace="ragline", include_dashboard=False, log_to_driver=False)
     if not storage.exists("indexes"):
         corpus = write_demo_corpus(storage.local_path("demo-corpus"))
         run_ingest([str(corpus)], load_config(None, ["ingest.embed.concurrency=1"]), storage)
@@ -242,32 +255,50 @@ def main() -> None:
     results: dict[str, Any] = {"date": datetime.date.today().isoformat(),
                                "command": "python benchmarks/serve_bench.py " + shlex.join(sys.argv[1:]),
                                "max_tokens": MAX_TOKENS, "repeats": args.repeats,
-                               "retriever": cfg.serve.retriever.model_dump(), "ray_serve_env": envs.RAY_SERVE_ENV}
-    print("in-process (no Serve, no HTTP):", flush=True)
+                               "retriever": cfg.serve.retriever.model_dump(), "ray_serve_env": envs.RAY_SERVE_ENV,
+                               "python_proxy_env": PYTHON_PROXY}
     local.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
-    results["in_process"] = asyncio.run(measure(local, args.repeats, args.only))
-    del local
-
     url = f"http://127.0.0.1:{args.port}"
-    unbatched = ["serve.retriever.max_batch_size=1", "serve.reranker.max_batch_size=1"]
-    phases: list[tuple[str, list[str], list[str]]] = [
-        ("serve", [], args.only),
-        ("serve_unbatched", unbatched, [n for n in ("retrieve x32", "rerank x32") if n in args.only])]
-    for name, extra, names in phases:
-        if not names:
-            continue
-        deploy(storage, overrides + extra, args.port)
-        print(f"{name} (HTTP → Ingress → deployments{', @serve.batch size 1' if extra else ''}):", flush=True)
+    retrievals = [n for n in ("retrieve seq", "retrieve x32") if n in args.only]
+    # name → (the Serve settings over Ragline's, config overrides, what it measures); None: in process
+    phases: dict[str, tuple[dict[str, str], list[str], list[str]] | None] = {
+        "in_process": None,
+        "serve": ({}, [], args.only),
+        "serve_unbatched": ({}, ["serve.retriever.max_batch_size=1", "serve.reranker.max_batch_size=1"],
+                            [n for n in ("retrieve x32", "rerank x32") if n in args.only]),
+        "serve_python_proxy": (PYTHON_PROXY, [], retrievals)}
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name in phases}
+    running_env: dict[str, str] = {}
+    # Each repeat runs every phase once, in turn, so a slow minute of this machine falls on all of them alike.
+    for repeat in range(args.repeats):
+        for name, phase in phases.items():
+            if phase is None:
+                print(f"[{repeat + 1}/{args.repeats}] in-process (no Serve, no HTTP):", flush=True)
+                runs[name].append(asyncio.run(measure(local, args.only)))
+                continue
+            env, extra, names = phase
+            if not names:
+                continue
+            if env != running_env:  # Serve's proxy is chosen when Ray starts: a Ray of its own
+                serve.shutdown()
+                ray.shutdown()
+                demo_storage(args.storage, env)
+                running_env = env
+            deploy(storage, overrides + extra, args.port)
+            print(f"[{repeat + 1}/{args.repeats}] {name} (HTTP → Ingress → deployments):", flush=True)
 
-        async def over_http(names: list[str]) -> dict[str, dict[str, float]]:
-            http = OverHttp(url, key)
-            http.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
-            return await measure(http, args.repeats, names)
+            async def over_http(names: list[str]) -> dict[str, dict[str, float]]:
+                http = OverHttp(url, key)
+                http.docs = docs[:PASSAGES]  # type: ignore[attr-defined]
+                return await measure(http, names)
 
-        results[name] = asyncio.run(over_http(names))
-        serve.delete("ragline")
+            runs[name].append(asyncio.run(over_http(names)))
+            serve.delete("ragline")
+    del local
+    results.update({name: median_runs(r) for name, r in runs.items() if r})
 
     s, p, u = results["serve"], results["in_process"], results.get("serve_unbatched", {})
+    py = results.get("serve_python_proxy", {})
     ratios = {
         **{f"serve_overhead_{k.split()[0]}_p50_ms": s[k]["p50_ms"] - p[k]["p50_ms"]
            for k in ("retrieve seq", "query seq") if k in s},
@@ -275,15 +306,18 @@ def main() -> None:
            for k in ("retrieve x8", "retrieve x32", "query x8", "query x32") if k in s},
         **{f"batch_gain_{k.replace(' ', '_')}": s[k]["rps"] / u[k]["rps"] for k in ("retrieve x32", "rerank x32")
            if k in u},
+        **({"serve_x32_vs_sequential_rps_retrieve": s["retrieve x32"]["rps"] / s["retrieve seq"]["rps"]}
+           if {"retrieve seq", "retrieve x32"} <= s.keys() else {}),
+        **({"python_proxy_overhead_retrieve_p50_ms": py["retrieve seq"]["p50_ms"] - p["retrieve seq"]["p50_ms"]}
+           if "retrieve seq" in py else {}),
+        **({"haproxy_vs_python_proxy_rps_retrieve_x32": s["retrieve x32"]["rps"] / py["retrieve x32"]["rps"]}
+           if "retrieve x32" in py else {}),
     }
     results["ratios"] = ratios
     print("\nratios:")
     for k, v in ratios.items():
         print(f"  {k:45s} {v:8.2f}")
-    out = ROOT / "benchmarks" / "results" / f"serve-{results['date']}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"\nwritten to {out}")
+    publish("serve", results)
 
 
 if __name__ == "__main__":

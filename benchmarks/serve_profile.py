@@ -1,10 +1,12 @@
 """Where the Serve overhead of /v1/retrieve goes: sequential p50 latency of each layer of the path, in one run,
-then a py-spy profile of every Serve process while one client sends /v1/retrieve.
+the CPU time each process spends per request, then a py-spy profile of every Serve process while one client sends
+/v1/retrieve.
 
 Layers (the demo corpus, top 5, the same questions): the flow in-process (no Serve: the in-process side of
 serve_bench.py); the Retriever deployment called through a DeploymentHandle from this driver (one Serve hop, its
-@serve.batch and its threads); GET /healthz over HTTP (proxy → Ingress, no stage); POST /v1/retrieve over HTTP
-(proxy → Ingress → Retriever). The differences are what each layer adds.
+@serve.batch and its threads); GET /healthz over HTTP (the HTTP proxy → Ingress, no stage); POST /v1/retrieve over
+HTTP (proxy → Ingress → Retriever). The differences are what each layer adds. The HTTP proxy is HAProxy (Ragline's
+setting), or Serve's Python proxy where RAY_SERVE_ENABLE_HA_PROXY=0 is set.
 
 The profile (py-spy at 100 Hz, CPU samples only) sorts each sample by the innermost frame that says whose work it
 is: Ragline's code (`app/`, `deployments/`), the model and the index (OpenVINO, tokenizers, FAISS, bm25s), the web
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import collections
 import datetime
+import os
 import shutil
 import statistics
 import subprocess
@@ -32,12 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from ray import serve
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import apikeys  # noqa: E402
+from app import apikeys, envs  # noqa: E402
 from app.config import load_config  # noqa: E402
 from benchmarks.readme_tables import publish  # noqa: E402
 from benchmarks.serve_bench import PASSAGES, QUESTIONS, InProcess, demo_storage, deploy, make_reranker  # noqa: E402
@@ -79,11 +83,25 @@ def summarise(raw: Path) -> dict[str, float]:
     return {k: round(v / total * 100, 1) for k, v in counts.most_common()}
 
 
-def serve_processes() -> dict[str, str]:
-    """pid → name of the proxy and every replica of this machine."""
-    out = subprocess.run(["pgrep", "-af", "ray::ServeReplica|ray::ProxyActor"], capture_output=True, text=True)
-    procs = (line.split(" ", 1) for line in out.stdout.splitlines())
-    return {pid: name.removeprefix("ray::").split()[0] for pid, name in procs if name.startswith("ray::")}
+def serve_processes() -> dict[int, str]:
+    """pid → name of the HTTP proxy (HAProxy, or Serve's ProxyActor) and of every replica on this machine."""
+    procs = {}
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if cmd.startswith(("ray::ServeReplica", "ray::ProxyActor")):
+            procs[p.pid] = cmd.removeprefix("ray::").split()[0].split(":")[-1]
+        elif p.info["name"] == "haproxy":
+            procs[p.pid] = "HAProxy"
+    return procs
+
+
+def cpu_ms(pids: dict[int, str]) -> collections.Counter[str]:
+    """CPU time (user + system, ms) each named process has used so far (a name's processes summed)."""
+    used: collections.Counter[str] = collections.Counter()
+    for pid, name in pids.items():
+        t = psutil.Process(pid).cpu_times()
+        used[name] += (t.user + t.system) * 1e3
+    return used
 
 
 def main() -> None:
@@ -105,6 +123,8 @@ def main() -> None:
     deploy(storage, overrides, args.port)
     retriever = serve.get_deployment_handle("Retriever", "ragline")
     profile: dict[str, dict[str, float]] = {}
+    cpu: dict[str, float] = {}  # process → CPU ms per sequential /v1/retrieve
+    proxy = "HAProxy" if envs.RAY_SERVE_ENV["RAY_SERVE_ENABLE_HA_PROXY"] == "1" else "Serve's proxy"
 
     async def over_serve() -> None:
         async def handle(q: str) -> Any:
@@ -120,27 +140,32 @@ def main() -> None:
                 assert r.status_code == 200, r.text
 
             layers["Retriever through a DeploymentHandle"] = await p50(handle, args.requests)
-            layers["HTTP /healthz (proxy, Ingress)"] = await p50(healthz, args.requests)
-            layers["HTTP /v1/retrieve (proxy, Ingress, Retriever)"] = await p50(retrieve, args.requests)
+            layers[f"HTTP /healthz ({proxy}, Ingress)"] = await p50(healthz, args.requests)
+            procs = {**serve_processes(), os.getpid(): "client (httpx, this script)"}
+            before = cpu_ms(procs)
+            layers[f"HTTP /v1/retrieve ({proxy}, Ingress, Retriever)"] = await p50(retrieve, args.requests)
+            used = cpu_ms(procs) - before
+            n = args.requests + 4  # p50's warm-up requests too
+            # a process's CPU time moves in clock ticks (10 ms): under 0.5 ms a request is a tick or two in the run
+            cpu.update({name: round(ms / n, 2) for name, ms in used.most_common() if ms / n >= 0.5})
             spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
             if not args.profile_s or not Path(spy).exists():
                 return
             with tempfile.TemporaryDirectory() as tmp:
-                procs = serve_processes()
-                spies = {name: subprocess.Popen([spy, "record", "-p", pid, "-d", str(args.profile_s), "-r", "100",
-                                                 "-f", "raw", "-o", f"{tmp}/{pid}.txt", "--nonblocking"],
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                         for pid, name in procs.items()}
+                # the Python processes that do the requests' work (HAProxy is C; Serve keeps an idle proxy beside it)
+                procs = {pid: name for pid, name in serve_processes().items() if name in cpu and name != "HAProxy"}
+                spies = [subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(args.profile_s), "-r", "100",
+                                           "-f", "raw", "-o", f"{tmp}/{pid}.txt", "--nonblocking"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in procs]
                 n, t0 = 0, time.perf_counter()
                 while time.perf_counter() - t0 < args.profile_s - 2:
                     await retrieve(QUESTIONS[n % len(QUESTIONS)])
                     n += 1
-                for s in spies.values():
+                for s in spies:
                     s.wait()
                 for pid, name in procs.items():
-                    if Path(f"{tmp}/{pid}.txt").exists() and name.split(":")[-1] in ("ProxyActor", "Ingress",
-                                                                                     "Retriever"):
-                        profile[name.split(":")[-1]] = summarise(Path(f"{tmp}/{pid}.txt"))
+                    if Path(f"{tmp}/{pid}.txt").exists():
+                        profile[name] = summarise(Path(f"{tmp}/{pid}.txt"))
 
     asyncio.run(over_serve())
     serve.delete("ragline")
@@ -148,11 +173,14 @@ def main() -> None:
     print("sequential /v1/retrieve path, p50 ms:")
     for name, ms in layers.items():
         print(f"  {name:48s} {ms:7.2f}  (+{ms - base:.2f} over in-process)")
+    for name, ms in cpu.items():
+        print(f"  CPU per request {name:32s} {ms:7.2f} ms")
     for name, shares in profile.items():
         print(f"  py-spy {name}: " + ", ".join(f"{k} {v}%" for k, v in shares.items()))
     date = datetime.date.today().isoformat()
     result = {"date": date, "command": " ".join(["python benchmarks/serve_profile.py", *sys.argv[1:]]),
-              "requests": args.requests, "p50_ms": layers, "profile_share_pct": profile}
+              "requests": args.requests, "ray_serve_env": envs.RAY_SERVE_ENV, "p50_ms": layers,
+              "cpu_ms_per_request": cpu, "profile_share_pct": profile}
     publish("serve_profile", result)
 
 

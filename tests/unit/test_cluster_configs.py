@@ -424,6 +424,20 @@ def test_serve_config_passes_ray_serves_schema():
     assert schema.applications[0].args == schema.applications[1].args  # one Ragline config for both
 
 
+@pytest.mark.parametrize("name", ["serve_cpu.yaml", "serve_gpu.yaml"])
+def test_haproxy_reaches_the_ingress_replicas(name):
+    """HAProxy (envs.RAY_SERVE_DEFAULTS) passes requests to each Ingress replica's own port, which listens on the
+    config's HTTP host: a loopback host is reachable only from the head node's HAProxy, so there the Ingress must
+    run on the head, asking no CPU of it (the heads in cluster/ reserve none for work)."""
+    assert envs.RAY_SERVE_DEFAULTS["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    config = yaml.safe_load((ROOT / "deployments" / name).read_text())
+    [ingress] = [d for d in config["applications"][0]["deployments"] if d["name"] == "Ingress"]
+    if config["http_options"]["host"] in ("0.0.0.0", "::"):
+        return
+    assert config["proxy_location"] == "HeadOnly", name
+    assert ingress["ray_actor_options"] == {"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}}, name
+
+
 def entrypoint_args(job: dict[str, Any]) -> list[str]:
     """The `ragline ...` command of a RayJob entrypoint (after its `cd` into the image's project directory)."""
     words = shlex.split(job["spec"]["entrypoint"])
