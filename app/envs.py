@@ -32,7 +32,11 @@ RAY_AUTH_TOKEN_PATH: str = os.environ.get("RAY_AUTH_TOKEN_PATH", "")
 #: comes with ray[serve]): HAProxy listens on the Serve port and passes each request straight to an Ingress replica's
 #: own HTTP port, where Serve's Python proxy would parse it and call the replica through Ray. Either can be set in the
 #: environment instead (Serve's proxy: RAY_SERVE_ENABLE_HA_PROXY=0 RAY_SERVE_ENABLE_DIRECT_INGRESS=0).
-RAY_SERVE_DEFAULTS = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1"}
+#: A stopping Ingress replica stays reachable for RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, for load balancers
+#: that send to replicas' ports to notice; only HAProxy does here, told within 0.1 s, and Ray's 30 s would hold every
+#: Ingress rollover and application deletion that long. 2 s, then the replica refuses and HAProxy retries elsewhere.
+RAY_SERVE_DEFAULTS = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_ENABLE_HA_PROXY": "1",
+                      "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
 RAY_SERVE_ENV: dict[str, str] = {name: os.environ.get(name, value) for name, value in RAY_SERVE_DEFAULTS.items()}
 #: The dashboard of a local `ray start --head` (its default port).
 LOCAL_DASHBOARD = "http://127.0.0.1:8265"
