@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import shlex
 import statistics
 import sys
@@ -282,6 +283,8 @@ def main() -> None:
             if env != running_env:  # Serve's proxy is chosen when Ray starts: a Ray of its own
                 serve.shutdown()
                 ray.shutdown()
+                for setting in running_env:  # init_local set them in this process's environment: not for the next
+                    os.environ.pop(setting, None)
                 demo_storage(args.storage, env)
                 running_env = env
             deploy(storage, overrides + extra, args.port)

@@ -6,7 +6,7 @@ Layers (the demo corpus, top 5, the same questions): the flow in-process (no Ser
 serve_bench.py); the Retriever deployment called through a DeploymentHandle from this driver (one Serve hop, its
 @serve.batch and its threads); GET /healthz over HTTP (the HTTP proxy → Ingress, no stage); POST /v1/retrieve over
 HTTP (proxy → Ingress → Retriever). The differences are what each layer adds. The HTTP proxy is HAProxy (Ragline's
-setting), or Serve's Python proxy where RAY_SERVE_ENABLE_HA_PROXY=0 is set.
+setting), or Serve's Python proxy where RAY_SERVE_ENABLE_HA_PROXY=0 RAY_SERVE_ENABLE_DIRECT_INGRESS=0 are set.
 
 The profile (py-spy at 100 Hz, CPU samples only) sorts each sample by the innermost frame that says whose work it
 is: Ragline's code (`app/`, `deployments/`), the model and the index (OpenVINO, tokenizers, FAISS, bm25s), the web
