@@ -278,8 +278,9 @@ def train_table(r: dict[str, Any], source: str) -> str:
     lines = [
         f"SFT of {r['model']}: {r['workers']} Ray Train workers of one core, micro-batch {r['micro_batch']} each, "
         f"against one process with micro-batch {r['workers'] * r['micro_batch']}; {r['grad_accum']} micro-batches "
-        f"an optimizer step, the same step on both sides; wall-clock tokens/s of steps 2 .. {r['steps'] - 1}; median "
-        f"of {r['repeats']} runs (`{r['command']}`, {r['date']}, {source}):",
+        f"an optimizer step, the same step on both sides (padding to the job's `pad_to_multiple_of` included); "
+        f"wall-clock tokens/s of steps 2 .. {r['steps'] - 1}; median of {r['repeats']} runs (`{r['command']}`, "
+        f"{r['date']}, {source}):",
         "",
         "| training | tokens/s | efficiency (vs plain) | checkpoint save s |",
         "|---|---|---|---|",

@@ -4,8 +4,9 @@ one run.
 
 The plain loop gets every core (torch threads = all CPUs); each Ray worker gets its share (one core), so the ratio
 is what data parallelism costs on this machine: the goal is overhead, not speed-up. Both sides compute the same
-step (Ragline's `model_inputs` / `loss_of`, AdamW, clipping, `--grad-accum` micro-batches per optimizer step,
-the DDP side skipping the all-reduce inside the window with `no_sync`), so only distribution differs.
+step (Ragline's `collate_lm` with the job's `pad_to_multiple_of`, `model_inputs` / `loss_of`, AdamW, clipping,
+`--grad-accum` micro-batches per optimizer step, the DDP side skipping the all-reduce inside the window with
+`no_sync`), so only distribution differs.
 Throughput is wall-clock: real (unpadded) tokens of optimizer steps 2 .. N-1 over the time from the end of step 1
 to the end of step N-1, data loading, collectives and metric logging included (for the Ray side, the times its
 MLflow metrics were logged at; step N, which saves the checkpoint, is left out and its save time reported
@@ -70,7 +71,7 @@ def plain_loop(cfg: TrainJobConfig) -> dict[str, float]:
             micro += 1
             batch = collate_lm({"input_ids": np.array(rows["input_ids"][start:start + size], dtype=object),
                                 "labels": np.array(rows["labels"][start:start + size], dtype=object)},
-                               tok.tokenizer.pad_token_id or 0)
+                               tok.tokenizer.pad_token_id or 0, cfg.sft.pad_to_multiple_of)
             (loss_of(cfg, model(**model_inputs(cfg, batch, cpu)), batch) / cfg.grad_accum).backward()
             step_tokens += int(batch["attention_mask"].sum())
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or 1.0)
