@@ -188,6 +188,12 @@ class DeepSpeed(Strategy):
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
 
+        if device.type == "cpu":
+            # Its CPU comm backend compiles a shared-memory all-reduce op (C++, into the torch extensions cache)
+            # when it starts: 26 s on 2 cores on every fresh machine, for tensor-parallel inference only; training
+            # never calls it. DeepSpeed keeps this dict once probed, and skips an op marked incompatible.
+            deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
         self.cfg, self.device = cfg, device
         self.rank = dist.get_rank()
         self.amp = autocast_dtype(cfg, device)
