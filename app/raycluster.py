@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -10,12 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 
 from app import envs
 from app.errors import RaglineError, Unavailable
 
 NAMESPACE = "ragline"
+log = logging.getLogger(__name__)
 
 
 def connect(address: str | None) -> None:
@@ -32,7 +36,30 @@ def init_local(serve_env: Mapping[str, str] | None = None, **kwargs: Any) -> Non
     over them."""
     # the Ray processes started below inherit this process's environment
     os.environ.update({**envs.RAY_SERVE_ENV, **(serve_env or {})})
+    reap_orphaned_haproxy()
     ray.init(address="local", **kwargs)
+
+
+def reap_orphaned_haproxy() -> list[int]:
+    """Kill the HAProxy processes of Serve's proxy whose Ray is gone; their PIDs. Ray's HAProxyManager actor starts
+    HAProxy and stops it on a clean shutdown, but an actor killed outright (`ray stop --force`, a crash, an OOM kill)
+    leaves it running, holding the Serve HTTP port and its own 8404 and 9101: the next Serve on this machine then
+    fails to start its proxy ("Address already in use"). Called before Ragline starts a local Ray. Such a process is
+    one whose parent is no longer an HAProxyManager actor (`ray::HAProxyManager...`)."""
+    reaped = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] != "haproxy" or not any("haproxy-serve" in a for a in proc.info["cmdline"] or []):
+            continue
+        # it may exit meanwhile (NoSuchProcess), or belong to another user (AccessDenied): then it is not ours
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            parent = proc.parent()
+            if parent is None or not " ".join(parent.cmdline()).startswith("ray::HAProxyManager"):
+                proc.kill()
+                reaped.append(proc.pid)
+    if reaped:
+        log.warning("stopped HAProxy left running by a Ray that was killed (pid %s): it held Serve's ports",
+                    ", ".join(map(str, reaped)))
+    return reaped
 
 
 def _connect(address: str | None) -> None:
@@ -49,6 +76,7 @@ def _connect(address: str | None) -> None:
     try:
         ray.init(address="auto", namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError:
+        reap_orphaned_haproxy()
         bin_dir = Path(sys.executable).parent
         ray_bin = bin_dir / "ray"
         cmd = [str(ray_bin) if ray_bin.exists() else "ray", "start", "--head", "--disable-usage-stats"]

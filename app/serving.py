@@ -7,6 +7,7 @@ The YAML is the same one `serve run` / `serve deploy` take; Ragline only fills i
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -120,11 +121,26 @@ def url_of(schema: Any, dashboard: str | None = None) -> str:
 
 def deploy(schema: Any, timeout_s: float = 600) -> None:
     """Starts Serve with the config's HTTP options and deploys its applications; waits until RUNNING."""
+    from ray.exceptions import RayError
     from ray.serve._private.api import serve_start  # what `serve run CONFIG` calls
 
-    client = serve_start(http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location)
+    try:
+        client = serve_start(http_options=schema.http_options.model_dump(), proxy_location=schema.proxy_location)
+    except RayError as e:  # Serve's proxy (HAProxy) failed to start: say so if a port it needs is taken
+        if taken := ports_taken(str(e)):
+            raise Conflict(f"Serve's HTTP proxy (HAProxy) could not listen on {taken}: another process holds it; "
+                           "stop that process, or serve on another port (--port, or http_options.port in the Serve "
+                           "config); 8404 and 9101 are HAProxy's own stats and metrics ports") from e
+        raise
     client.deploy_apps(schema, _blocking=False)
     wait_running([a.name for a in schema.applications], timeout_s)
+
+
+def ports_taken(haproxy_error: str) -> str:
+    """The addresses HAProxy could not bind, as its startup error names them ("" if none): "127.0.0.1:8000
+    (Address already in use), ..."."""
+    taken = re.findall(r"cannot bind socket \(([^)]*)\) for \[([^\]]+)\]", haproxy_error)
+    return ", ".join(f"{address} ({why})" for why, address in dict.fromkeys(taken))
 
 
 def wait_running(names: list[str], timeout_s: float) -> None:
