@@ -86,7 +86,7 @@ class Strategy:
     def forward(self, batch: dict[str, torch.Tensor], micro: int) -> Any:
         # DDP skips the gradient all-reduce inside an accumulation window, and decides so in forward: a backward
         # under no_sync after a forward outside it all-reduces anyway (4x the traffic at grad_accum 4: 0.82 of
-        # the plain loop on 2 CPU workers instead of 1.0)
+        # the plain loop on 2 CPU workers, against 0.94 with the forward under no_sync)
         model = self.model
         sync: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if isinstance(model, DistributedDataParallel) and not self.boundary(micro):
