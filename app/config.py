@@ -187,12 +187,12 @@ class RetrieverConfig(_Config):
         default=None, ge=1, description="Serve this index version only. None: the latest, hot-swapped when a newer "
         "one is published."
     )
-    max_batch_size: int = Field(default=32, ge=1, description="Queries embedded together (@serve.batch).")
+    max_batch_size: int = Field(default=32, ge=1, description="Most questions embedded together: the questions "
+        "of concurrent requests that wait while the embedder is busy form its next batch.")
     batch_wait_timeout_s: float = Field(
         default=0.0, ge=0, description="Longest wait (seconds) for a batch to fill before embedding what has "
-        "arrived; every lone question waits this long. 0: embed what is queued at once (under load, the questions "
-        "that arrive during one encode form the next batch). With the OpenVINO embedder on 2 cores (serve_bench, "
-        "one sitting), 2 ms gave sequential p50 23.2 ms and 97.8 req/s at 32 clients, 0 gave 16.9 ms and 94.6 req/s."
+        "arrived; every lone question waits this long. 0: embed at once (under load the questions that arrive "
+        "during one encode form the next batch anyway)."
     )
 
 
@@ -218,8 +218,10 @@ class RerankerConfig(_Config):
         "have no retrieval order). 0: the cross-encoder's order alone."
     )
     rrf_k: int = Field(default=60, ge=1, description="Reciprocal rank fusion constant for retriever_weight.")
-    max_batch_size: int = Field(default=8, ge=1, description="Requests scored together (@serve.batch).")
-    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch.")
+    max_batch_size: int = Field(default=8, ge=1, description="Most requests scored together: the requests that "
+        "wait while the cross-encoder is busy form its next batch.")
+    batch_wait_timeout_s: float = Field(default=0.005, ge=0, description="Longest wait (seconds) for a batch to "
+        "fill before scoring what has arrived.")
 
 
 class GeneratorConfig(_Config):

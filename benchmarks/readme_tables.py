@@ -182,7 +182,7 @@ def serve_table(r: dict[str, Any], source: str) -> str:
     env = f"`{env}`" if env else "Ray's defaults"
     lines = [
         f"`/v1/retrieve` (top 5) on the demo corpus, median of {r['repeats']} runs per row (each run measures every "
-        f"column once, in turn); the Retriever's `@serve.batch` waits {r['retriever']['batch_wait_timeout_s'] * 1e3:g}"
+        f"column once, in turn); the Retriever's batches wait {r['retriever']['batch_wait_timeout_s'] * 1e3:g}"
         f" ms; Ray Serve runs with {env} (`{r['command']}`, {r['date']}, {source}):",
         "",
         "| clients | in process p50 ms | req/s | Serve over HTTP p50 ms | req/s |"
@@ -200,7 +200,7 @@ def serve_table(r: dict[str, Any], source: str) -> str:
               + (f"; {ratios['python_proxy_overhead_retrieve_p50_ms']:.1f} ms through Serve's Python proxy"
                  if "python_proxy_overhead_retrieve_p50_ms" in ratios else "")
               + "; throughput through Serve at 32 clients over sequential: "
-              f"**{s['retrieve x32']['rps'] / seq:.1f}x** (goal ≥ 3x); `@serve.batch` gain at 32 clients "
+              f"**{s['retrieve x32']['rps'] / seq:.1f}x** (goal ≥ 3x); batching's gain at 32 clients "
               f"{ratios['batch_gain_retrieve_x32']:.2f}x."]
     return "\n".join(lines)
 

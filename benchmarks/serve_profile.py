@@ -4,7 +4,7 @@ the CPU time each process spends per request, then a py-spy profile of every Ser
 
 Layers (the demo corpus, top 5, the same questions): the flow in-process (no Serve: the in-process side of
 serve_bench.py); the Retriever deployment called through a DeploymentHandle from this driver (one Serve hop, its
-@serve.batch and its threads); GET /healthz over HTTP (the HTTP proxy → Ingress, no stage); POST /v1/retrieve over
+its batcher and its threads); GET /healthz over HTTP (the HTTP proxy → Ingress, no stage); POST /v1/retrieve over
 HTTP (proxy → Ingress → Retriever). The differences are what each layer adds. The HTTP proxy is HAProxy (Ragline's
 setting), or Serve's Python proxy where RAY_SERVE_ENABLE_HA_PROXY=0 RAY_SERVE_ENABLE_DIRECT_INGRESS=0 are set.
 
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import psutil
 from ray import serve
 
@@ -130,18 +130,21 @@ def main() -> None:
         async def handle(q: str) -> Any:
             return await retriever.retrieve.remote(q, None, 5)
 
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{args.port}",
-                                     headers={"Authorization": f"Bearer {key}"}) as http:
+        # aiohttp, as serve_bench.py: the lighter client on the server's two cores
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{args.port}",
+                                         headers={"Authorization": f"Bearer {key}"}) as http:
             async def healthz(q: str) -> None:
-                assert (await http.get("/healthz")).status_code == 200
+                async with http.get("/healthz") as r:
+                    assert r.status == 200, await r.text()
 
             async def retrieve(q: str) -> None:
-                r = await http.post("/v1/retrieve", json={"query": q, "top_k": 5})
-                assert r.status_code == 200, r.text
+                async with http.post("/v1/retrieve", json={"query": q, "top_k": 5}) as r:
+                    assert r.status == 200, await r.text()
+                    await r.json()
 
             layers["Retriever through a DeploymentHandle"] = await p50(handle, args.requests)
             layers[f"HTTP /healthz ({proxy}, Ingress)"] = await p50(healthz, args.requests)
-            procs = {**serve_processes(), os.getpid(): "client (httpx, this script)"}
+            procs = {**serve_processes(), os.getpid(): "client (aiohttp, this script)"}
             before = cpu_ms(procs)
             layers[f"HTTP /v1/retrieve ({proxy}, Ingress, Retriever)"] = await p50(retrieve, args.requests)
             used = cpu_ms(procs) - before

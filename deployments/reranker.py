@@ -11,7 +11,6 @@ passes through and the stage says `reranker: none`; it never invents scores.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -21,6 +20,7 @@ from app.config import RerankerConfig
 from app.models import cross_encoder, embedder, trained
 from app.rag.protocol import Document, Ranking, StageReady
 from app.storage import Storage
+from deployments.batching import Batcher
 from deployments.watch import Watcher
 
 NONE = "none"
@@ -39,8 +39,7 @@ class Reranker:
         self.precision = embedder.choose_precision(cfg.precision, "cpu")
         self.storage = Storage(storage)
         self.current: tuple[Any, str] = (None, NONE)  # (CrossEncoder, its label), swapped as one reference
-        self._score.set_max_batch_size(self.cfg.max_batch_size)  # type: ignore[attr-defined]
-        self._score.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
+        self._score = Batcher(self._score_pairs, cfg.max_batch_size, cfg.batch_wait_timeout_s)
         self._refresh()
         if trained.is_catalog(self.cfg.model):
             self.watcher = Watcher(f"promotions of {self.cfg.model}", self._refresh, poll_interval_s,
@@ -58,12 +57,11 @@ class Reranker:
         self.current = (cross_encoder.load(path, max_length=self.cfg.max_length), label)
         log.info("reranking with %s", label)
 
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)  # both set from the config in __init__
-    async def _score(self, requests: list[tuple[str, list[str]]]) -> list[tuple[str, list[float]]]:
+    def _score_pairs(self, requests: list[tuple[str, list[str]]]) -> list[tuple[str, list[float]]]:
         """All pairs of all waiting requests in one `predict` call; (model label, scores) back per request."""
         model, label = self.current
         pairs = [(q, text) for q, texts in requests for text in texts]
-        scores = await asyncio.to_thread(cross_encoder.score, model, pairs, self.precision)
+        scores = cross_encoder.score(model, pairs, self.precision)
         out, start = [], 0
         for _, texts in requests:
             out.append((label, scores[start : start + len(texts)]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from ray import serve
@@ -22,6 +23,7 @@ from app.index.search import Index, Mode
 from app.models import embedder
 from app.rag.protocol import Embedded, Passage, Retrieved, Source, StageReady
 from app.storage import Storage
+from deployments.batching import Batcher
 from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
@@ -35,6 +37,17 @@ class RetrieverReady(StageReady, total=False):
     chunks: int
 
 
+@dataclass(frozen=True)
+class Query:
+    """One request's search, as the Retriever batches them."""
+
+    index: Index
+    text: str
+    mode: Mode
+    k: int
+    sources: list[str] | None
+
+
 @serve.deployment(name="Retriever")
 class Retriever:
     def __init__(self, storage: str, search: SearchConfig, cfg: RetrieverConfig, poll_interval_s: float):
@@ -43,8 +56,9 @@ class Retriever:
         self.index: Index | None = None
         self.encoders: dict[str, embedder.Encoder] = {}  # _key(index's embedder) → its loaded encoder
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
-        self._embed.set_max_batch_size(self.rcfg.max_batch_size)  # type: ignore[attr-defined]
-        self._embed.set_batch_wait_timeout_s(self.rcfg.batch_wait_timeout_s)  # type: ignore[attr-defined]
+        # concurrent requests' questions, embedded together: searches (retrieve), texts (/v1/embeddings)
+        self._retrieve = Batcher(self._search, cfg.max_batch_size, cfg.batch_wait_timeout_s)
+        self._embed = Batcher(self._encode, cfg.max_batch_size, cfg.batch_wait_timeout_s)
         self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
         self.watcher = Watcher("the index catalog", self._refresh, poll_interval_s,
                                lambda: self.index.version if self.index else None)
@@ -69,29 +83,38 @@ class Retriever:
             raise NotReady("no index version is published yet: run `ragline ingest` first")
         return self.index
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)  # both set from the config in __init__
-    async def _embed(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
+    def _encode(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
         """(encoder key, text) pairs from concurrent requests → one encode call per encoder."""
         out: list[np.ndarray | None] = [None] * len(items)
         for key in {k for k, _ in items}:
             rows = [i for i, (k, _) in enumerate(items) if k == key]
-            vecs = await asyncio.to_thread(self.encoders[key].encode, [items[i][1] for i in rows])
-            for i, v in zip(rows, vecs, strict=True):
+            for i, v in zip(rows, self.encoders[key].encode([items[i][1] for i in rows]), strict=True):
                 out[i] = v
         assert all(v is not None for v in out)
         return out  # type: ignore[return-value]
 
+    def _search(self, queries: list[Query]) -> list[Retrieved]:
+        """Concurrent requests' questions, in one thread: embedded together (one encode per encoder), then
+        searched one by one. A request's `embed` time is its batch's. `Index.search` raises for nothing one
+        request can bring (the API refuses empty questions before), so no request fails the others."""
+        t0 = time.perf_counter()
+        vectors = iter(self._encode([(_key(q.index), q.text) for q in queries if q.mode != "lexical"]))
+        embed_ms = (time.perf_counter() - t0) * 1e3
+        out = []
+        for q in queries:
+            t1 = time.perf_counter()
+            hits = q.index.search(q.text, None if q.mode == "lexical" else next(vectors), q.mode, q.k, self.cfg,
+                                  q.sources)
+            out.append(Retrieved(index_version=q.index.version, mode=q.mode, embedder=q.index.manifest.embedder.name,
+                                 hits=[Passage(**h.to_dict()) for h in hits],
+                                 timings_ms={"embed": embed_ms, "search": (time.perf_counter() - t1) * 1e3}))
+        return out
+
     async def retrieve(self, query: str, mode: Mode | None = None, k: int | None = None,
                        sources: list[str] | None = None) -> Retrieved:
-        index = self._serving()  # this request keeps this index even if a swap happens meanwhile
-        mode = mode or self.cfg.mode
-        t0 = time.perf_counter()
-        vector = None if mode == "lexical" else await self._embed((_key(index), query))
-        t1 = time.perf_counter()
-        hits = await asyncio.to_thread(index.search, query, vector, mode, k or self.cfg.top_k, self.cfg, sources)
-        return Retrieved(index_version=index.version, mode=mode, embedder=index.manifest.embedder.name,
-                         hits=[Passage(**h.to_dict()) for h in hits],
-                         timings_ms={"embed": (t1 - t0) * 1e3, "search": (time.perf_counter() - t1) * 1e3})
+        # this request keeps the index served now even if a swap happens meanwhile
+        return await self._retrieve(Query(self._serving(), query, mode or self.cfg.mode, k or self.cfg.top_k,
+                                          sources))
 
     async def embed(self, texts: list[str]) -> Embedded:
         index = self._serving()

@@ -1,0 +1,97 @@
+"""deployments.batching.Batcher: batches formed when the model is free (pure asyncio, no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from deployments.batching import Batcher
+
+pytestmark = pytest.mark.unit
+
+
+class Model:
+    """Doubles numbers, taking `seconds` per call; records every batch it was given."""
+
+    def __init__(self, seconds: float = 0.02, fail_on: int | None = None):
+        self.seconds, self.fail_on = seconds, fail_on
+        self.batches: list[list[int]] = []
+        self.running = threading.Lock()
+
+    def __call__(self, items: list[int]) -> list[int]:
+        assert self.running.acquire(blocking=False), "two batches ran at once"
+        try:
+            self.batches.append(items)
+            time.sleep(self.seconds)
+            if self.fail_on in items:
+                raise ValueError(f"cannot take {self.fail_on}")
+            return [2 * i for i in items]
+        finally:
+            self.running.release()
+
+
+def test_a_lone_call_runs_at_once_and_concurrent_calls_share_batches() -> None:
+    model = Model()
+    batcher = Batcher(model, max_batch_size=8)
+
+    async def main() -> tuple[int, float, list[int]]:
+        t0 = time.perf_counter()
+        lone = await batcher(21)
+        lone_s = time.perf_counter() - t0
+        first = asyncio.create_task(batcher(0))
+        await asyncio.sleep(0.005)  # 0 is computing when the other 19 arrive
+        return lone, lone_s, [await first, *await asyncio.gather(*(batcher(i) for i in range(1, 20)))]
+
+    lone, lone_s, results = asyncio.run(main())
+    assert lone == 42 and lone_s < 0.1  # the model's 20 ms, and no wait for company
+    assert results == [2 * i for i in range(20)]  # each caller gets its own item's result
+    # 0 ran alone (nothing else waited yet); the 19 that queued while it computed fill batches of 8
+    assert model.batches[1:] == [[0], list(range(1, 9)), list(range(9, 17)), [17, 18, 19]], model.batches
+
+
+def test_a_wait_fills_a_batch_from_callers_that_come_later() -> None:
+    model = Model(seconds=0)
+    batcher = Batcher(model, max_batch_size=4, wait_s=0.05)
+
+    async def main() -> list[int]:
+        async def later(i: int) -> int:
+            await asyncio.sleep(0.01 * i)
+            return await batcher(i)
+
+        return await asyncio.gather(*(later(i) for i in range(4)))
+
+    assert asyncio.run(main()) == [0, 2, 4, 6]
+    assert model.batches == [[0, 1, 2, 3]]  # full before the wait ran out: run at once
+
+
+def test_an_error_reaches_every_caller_of_its_batch_and_the_batcher_goes_on() -> None:
+    model = Model(fail_on=3)
+    batcher = Batcher(model, max_batch_size=8)
+
+    async def main() -> tuple[list[int | BaseException], int]:
+        results = await asyncio.gather(*(batcher(i) for i in range(6)), return_exceptions=True)
+        return results, await batcher(5)
+
+    results, after = asyncio.run(main())
+    assert model.batches[0] == list(range(6))  # all six queued before the first batch formed
+    assert all(isinstance(r, ValueError) and "cannot take 3" in str(r) for r in results), results
+    assert after == 10
+
+
+def test_a_cancelled_caller_is_left_out_of_the_next_batch() -> None:
+    model = Model()
+    batcher = Batcher(model, max_batch_size=8)
+
+    async def main() -> list[int]:
+        first = asyncio.create_task(batcher(0))
+        await asyncio.sleep(0.005)  # 0 is computing; 1 and 2 wait for the next batch
+        gone, stays = asyncio.create_task(batcher(1)), asyncio.create_task(batcher(2))
+        await asyncio.sleep(0)
+        gone.cancel()
+        return [await first, await stays]
+
+    assert asyncio.run(main()) == [0, 4]
+    assert model.batches == [[0], [2]]
