@@ -200,7 +200,7 @@ def serve_table(r: dict[str, Any], source: str) -> str:
               + (f"; {ratios['python_proxy_overhead_retrieve_p50_ms']:.1f} ms through Serve's Python proxy"
                  if "python_proxy_overhead_retrieve_p50_ms" in ratios else "")
               + "; throughput through Serve at 32 clients over sequential: "
-              f"**{s['retrieve x32']['rps'] / seq:.1f}x** (goal ≥ 3x); batching's gain at 32 clients "
+              f"**{s['retrieve x32']['rps'] / seq:.2f}x** (goal ≥ 3x); batching's gain at 32 clients "
               f"{ratios['batch_gain_retrieve_x32']:.2f}x."]
     return "\n".join(lines)
 

@@ -6,13 +6,17 @@ ray-project/ray#53096): at `batch_wait_timeout_s=0` nearly every batch holds one
 (measured in the Retriever at 32 clients: 252 of 270 batches held one question), and a wait long enough to fill
 batches is added to every lone request. A `Batcher` takes the waiting items when the model is free instead: a lone
 request waits for nothing, and the requests that arrive while one batch computes form the next.
+
+The same batching joins concurrent requests' calls to another deployment into one (the Ingress's retrievals): a
+Serve call costs its caller and callee about as much CPU as a question's embedding, whatever it carries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -27,23 +31,27 @@ class _Waiting(Generic[In, Out]):
 
 
 class Batcher(Generic[In, Out]):
-    """`await batcher(item)` → `fn([..., item, ...])`'s result for that item. `fn` is blocking (a model call): it
-    runs in a thread, one batch at a time, on at most `max_batch_size` items, and returns one result per item, in
-    order. `wait_s`: how long a batch that is not full waits for more items before it runs (0: none; while a batch
-    computes the next one fills anyway). An exception from `fn` is raised to every caller in that batch, so `fn` raises
-    only for what fails them all."""
+    """`await batcher(item)` → `fn([..., item, ...])`'s result for that item. `fn` takes at most `max_batch_size`
+    items and returns one result per item, in order: a blocking function (a model call) runs in a thread, a coroutine
+    function (a call to another deployment) on the loop. At most `max_concurrent` batches run at once, and a batch is
+    formed only when one may run, so the items that arrive meanwhile form the next. `wait_s`: how long a batch that is
+    not full waits for more items before it runs (0: none). An exception from `fn` is raised to every caller in that
+    batch, so `fn` raises only for what fails them all."""
 
-    def __init__(self, fn: Callable[[list[In]], Sequence[Out]], max_batch_size: int, wait_s: float = 0.0):
-        assert max_batch_size >= 1 and wait_s >= 0
+    def __init__(self, fn: Callable[[list[In]], Sequence[Out] | Awaitable[Sequence[Out]]], max_batch_size: int,
+                 wait_s: float = 0.0, max_concurrent: int = 1):
+        assert max_batch_size >= 1 and wait_s >= 0 and max_concurrent >= 1
         self.fn, self.max_batch_size, self.wait_s = fn, max_batch_size, wait_s
+        self.max_concurrent = max_concurrent
         self.queue: asyncio.Queue[_Waiting[In, Out]] | None = None  # made on the first call, in the caller's loop
-        self.task: asyncio.Task[None] | None = None  # the batch loop (held: a task nobody holds can be collected)
+        self.tasks: set[asyncio.Task[None]] = set()  # the batch loop and the batches running (held: a task nobody
+        # holds can be collected)
 
     async def __call__(self, item: In) -> Out:
         if self.queue is None:
             self.queue = asyncio.Queue()
             # a fresh context: the loop must not carry the first caller's request id (Serve's logs) into others
-            self.task = asyncio.create_task(self._run(self.queue), context=contextvars.Context())
+            self.tasks.add(asyncio.create_task(self._run(self.queue), context=contextvars.Context()))
         waiting = _Waiting(item, asyncio.get_running_loop().create_future())
         self.queue.put_nowait(waiting)
         return await waiting.future  # cancelling the caller cancels the future: its batch skips it
@@ -65,18 +73,34 @@ class Batcher(Generic[In, Out]):
         return [w for w in batch if not w.future.done()]  # callers cancelled while waiting are left out
 
     async def _run(self, queue: asyncio.Queue[_Waiting[In, Out]]) -> None:
+        free = asyncio.Semaphore(self.max_concurrent)
         while True:
+            await free.acquire()  # before the batch is formed: what arrives while every slot is busy joins it
             batch = await self._next_batch(queue)
-            if not batch:
-                continue
-            try:
-                results = await asyncio.to_thread(self.fn, [w.item for w in batch])
-                assert len(results) == len(batch), f"{len(results)} results for a batch of {len(batch)}"
-            except Exception as e:  # every caller of this batch gets the error; the loop goes on
-                for w in batch:
-                    if not w.future.done():
-                        w.future.set_exception(e)
-                continue
-            for w, result in zip(batch, results, strict=True):
+            task = asyncio.create_task(self._compute(batch))
+            self.tasks.add(task)
+
+            def done(t: asyncio.Task[None]) -> None:
+                self.tasks.discard(t)
+                free.release()
+
+            task.add_done_callback(done)
+
+    async def _compute(self, batch: list[_Waiting[In, Out]]) -> None:
+        if not batch:
+            return
+        items = [w.item for w in batch]
+        try:
+            if inspect.iscoroutinefunction(self.fn):
+                results = await self.fn(items)
+            else:
+                results = await asyncio.to_thread(self.fn, items)
+            assert len(results) == len(batch), f"{len(results)} results for a batch of {len(batch)}"
+        except Exception as e:  # every caller of this batch gets the error; the loop goes on
+            for w in batch:
                 if not w.future.done():
-                    w.future.set_result(result)
+                    w.future.set_exception(e)
+            return
+        for w, result in zip(batch, results, strict=True):
+            if not w.future.done():
+                w.future.set_result(result)

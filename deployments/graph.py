@@ -29,4 +29,5 @@ def build_app(args: GraphArgs) -> Application:
     return Ingress.bind(retriever, reranker, generator, storage, IngressArgs(  # type: ignore[attr-defined]
         api=serve.api, generator=serve.generator.model, embedder=cfg.ingest.embed.model,
         index_version=serve.retriever.index_version, candidates=serve.reranker.candidates if serve.reranker.model
-        else 0, poll_interval_s=poll_s, api_keys_file=args.api_keys_file))
+        else 0, retrieve_batch=serve.retriever.max_batch_size, poll_interval_s=poll_s,
+        api_keys_file=args.api_keys_file))

@@ -17,9 +17,21 @@ from app.catalog import Catalog
 from app.config import ApiConfig
 from app.models import embedder
 from app.rag.flow import RagFlow
-from app.rag.protocol import Document, Embedded, Generation, Passage, Piece, Ranking, Retrieved, Source, StageReady
+from app.rag.protocol import (
+    Document,
+    Embedded,
+    Generation,
+    Passage,
+    Piece,
+    Ranking,
+    Retrieved,
+    Search,
+    Source,
+    StageReady,
+)
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
+from deployments.batching import Batcher
 from deployments.guard import Guard
 from deployments.watch import Watcher
 
@@ -27,6 +39,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("ray.serve")
+RETRIEVE_CALLS = 2  # calls to the Retriever in flight per Ingress replica
 READY_TIMEOUT_S = 3.0  # under the 5 s an HTTP client or a Kubernetes probe usually allows the whole /readyz
 
 
@@ -39,11 +52,19 @@ class Unanswered(StageReady):
 class HandleBackends:
     """The flow's backends over Serve DeploymentHandles (the composed graph)."""
 
-    def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle):
+    def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle,
+                 retrieve_batch: int):
         self.retriever, self.reranker, self.generator = retriever, reranker, generator
+        # Concurrent requests' searches go to the Retriever in one call: a Serve call costs the Ingress and the
+        # Retriever about 0.6 and 0.8 ms of CPU each whatever it carries (32 clients: 3.2 against 4.8 ms per
+        # request in all). Two calls in flight: one computing while the next crosses, or two Retriever replicas.
+        self._retrieve = Batcher(self._retrieve_many, retrieve_batch, max_concurrent=RETRIEVE_CALLS)
+
+    async def _retrieve_many(self, searches: list[Search]) -> list[Retrieved]:
+        return await self.retriever.retrieve_many.remote(searches)
 
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
-        return await self.retriever.retrieve.remote(query, mode, k, sources)
+        return await self._retrieve(Search(query, mode, k, sources))
 
     async def rerank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
         return await self.reranker.rerank.remote(query, documents, top_n, retrieved)
@@ -117,6 +138,7 @@ class IngressArgs:
     embedder: str  # ingest.embed.model: the embedder named until an index version is published
     index_version: int | None  # serve.retriever.index_version: the index the Retriever is pinned to (None: latest)
     candidates: int  # passages retrieved for the reranker to choose from (0: no reranker)
+    retrieve_batch: int  # serve.retriever.max_batch_size: most searches sent to the Retriever in one call
     poll_interval_s: float  # serve.poll_interval_s
     api_keys_file: str | None = None
 
@@ -130,8 +152,8 @@ class Ingress:
         keys, where = apikeys.ring(root, args.api_keys_file)
         log.info("API keys from %s", where)
         self.embedder = IndexEmbedder(root, args.index_version, args.embedder, args.poll_interval_s)
-        flow = RagFlow(HandleBackends(retriever, reranker, generator), candidates=args.candidates,
-                       observe=stage_latency())
+        flow = RagFlow(HandleBackends(retriever, reranker, generator, args.retrieve_batch),
+                       candidates=args.candidates, observe=stage_latency())
         self.api = build_api(flow, args.api, keys, generator=args.generator, embedder=self.embedder, storage=root)
 
     def __serve_build_asgi_app__(self) -> Guard:

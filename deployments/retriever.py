@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from ray import serve
@@ -21,8 +22,9 @@ from app.config import RetrieverConfig, SearchConfig
 from app.errors import NotFound, NotReady
 from app.index.search import Index, Mode
 from app.models import embedder
-from app.rag.protocol import Embedded, Passage, Retrieved, Source, StageReady
+from app.rag.protocol import Embedded, Passage, Retrieved, Search, Source, StageReady
 from app.storage import Storage
+from deployments import autoscale
 from deployments.batching import Batcher
 from deployments.watch import Watcher
 
@@ -59,6 +61,7 @@ class Retriever:
         # concurrent requests' questions, embedded together: searches (retrieve), texts (/v1/embeddings)
         self._retrieve = Batcher(self._search, cfg.max_batch_size, cfg.batch_wait_timeout_s)
         self._embed = Batcher(self._encode, cfg.max_batch_size, cfg.batch_wait_timeout_s)
+        self.questions = 0  # in retrieve_many calls now: the autoscaling metric
         self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
         self.watcher = Watcher("the index catalog", self._refresh, poll_interval_s,
                                lambda: self.index.version if self.index else None)
@@ -112,9 +115,25 @@ class Retriever:
 
     async def retrieve(self, query: str, mode: Mode | None = None, k: int | None = None,
                        sources: list[str] | None = None) -> Retrieved:
-        # this request keeps the index served now even if a swap happens meanwhile
-        return await self._retrieve(Query(self._serving(), query, mode or self.cfg.mode, k or self.cfg.top_k,
-                                          sources))
+        return (await self.retrieve_many([Search(query, mode, k, sources)]))[0]
+
+    async def retrieve_many(self, searches: list[Search]) -> list[Retrieved]:
+        """Several requests' searches in one call (the Ingress sends its concurrent requests' together: one Serve
+        call for them all); they join the questions of other calls in the embedding batches."""
+        index = self._serving()  # these requests keep the index served now even if a swap happens meanwhile
+        self.questions += len(searches)
+        try:
+            return await asyncio.gather(*(
+                self._retrieve(Query(index, s.query, cast(Mode, s.mode or self.cfg.mode), s.k or self.cfg.top_k,
+                                     s.sources))
+                for s in searches))
+        finally:
+            self.questions -= len(searches)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metric (deployments/autoscale.py): the questions in this replica now. A
+        call from the Ingress carries many, so Serve's own count of ongoing calls would understate the load."""
+        return {autoscale.METRIC: self.questions}
 
     async def embed(self, texts: list[str]) -> Embedded:
         index = self._serving()

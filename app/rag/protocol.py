@@ -32,6 +32,16 @@ class Passage:
 
 
 @dataclass(frozen=True, slots=True)
+class Search:
+    """One request's retrieval, as the Ingress sends its concurrent requests' to the Retriever together."""
+
+    query: str
+    mode: str | None  # None: the retriever's configured mode
+    k: int | None  # None: its configured top_k
+    sources: list[str] | None  # glob patterns over the chunks' sources; None: all
+
+
+@dataclass(frozen=True, slots=True)
 class Retrieved:
     index_version: int
     mode: str

@@ -2,6 +2,7 @@
 the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
 metrics and aborts, and an SFT version that must earn its promotion, then is swapped into vLLM under traffic."""
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -98,6 +99,42 @@ def test_the_official_openai_client_works(served):
     emb = client.embeddings.create(model="all-MiniLM-L6-v2", input=["zebra migration", "python snakes"])
     vectors = np.array([d.embedding for d in emb.data])  # the client asks for base64 and decodes it
     assert vectors.shape == (2, 384) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-3)
+
+
+def test_concurrent_retrievals_go_together_and_each_gets_its_own(served):
+    """The Ingress sends concurrent requests' searches to the Retriever in one call and the Retriever embeds them
+    together: each request still gets the answer it gets alone, and the Retriever's count of the questions it holds
+    (its autoscaling metric) is back to 0 after."""
+    bodies = [{"query": QUESTION, "top_k": 1}, {"query": "Topic 3", "top_k": 4, "mode": "lexical"},
+              {"query": "zebra migration Serengeti", "top_k": 2, "mode": "dense"},
+              {"query": QUESTION, "top_k": 3, "sources": ["*/nothing-matches"]},
+              {"query": "wildebeest grazing in the Maasai Mara", "top_k": 5, "mode": "hybrid"}]
+
+    def chunks(found: dict) -> list[str]:
+        return [h["chunk_id"] for h in found["hits"]]
+
+    with httpx.Client(base_url=served["url"], headers=auth(served), timeout=60) as client:
+        alone = [client.post("/v1/retrieve", json=b).json() for b in bodies]
+
+    async def together() -> list[dict]:
+        async with httpx.AsyncClient(base_url=served["url"], headers=auth(served), timeout=60) as client:
+            rs = await asyncio.gather(*(client.post("/v1/retrieve", json=bodies[i % len(bodies)]) for i in range(30)))
+        assert all(r.status_code == 200 for r in rs), [r.text for r in rs if r.status_code != 200]
+        return [r.json() for r in rs]
+
+    concurrent = asyncio.run(together())
+    for i, found in enumerate(concurrent):
+        want = alone[i % len(bodies)]
+        assert found["mode"] == want["mode"] and len(found["hits"]) == len(want["hits"]), (bodies[i % len(bodies)])
+        if want["hits"]:  # bf16 embeddings of a batch may differ in the last bits: ties can swap below the top
+            assert chunks(found)[0] == chunks(want)[0]
+        if found["mode"] == "lexical":  # no embedding: the same hits in the same order
+            assert chunks(found) == chunks(want)
+    assert alone[3]["hits"] == [] and alone[0]["hits"][0]["doc_id"] == "zebra"
+    embeds = [f["timings_ms"]["embed"] for f in concurrent if f["mode"] != "lexical"]
+    assert len(set(embeds)) < len(embeds), "no two questions were embedded together"  # a batch shares its time
+    retriever = serve.get_deployment_handle("Retriever", "ragline")
+    assert retriever.record_autoscaling_stats.remote().result() == {"questions": 0}
 
 
 @pytest.mark.parametrize(("headers", "body", "status", "kind"), [

@@ -95,3 +95,31 @@ def test_a_cancelled_caller_is_left_out_of_the_next_batch() -> None:
 
     assert asyncio.run(main()) == [0, 4]
     assert model.batches == [[0], [2]]
+
+
+def test_a_coroutine_function_runs_on_the_loop_with_at_most_max_concurrent_batches() -> None:
+    """As the Ingress calls the Retriever: two calls in flight; what arrives meanwhile waits and forms the next."""
+    running, most, batches = 0, 0, []
+
+    async def call(items: list[int]) -> list[int]:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        batches.append(items)
+        await asyncio.sleep(0.02)
+        running -= 1
+        return [2 * i for i in items]
+
+    batcher = Batcher(call, max_batch_size=8, max_concurrent=2)
+
+    async def main() -> list[int]:
+        first = [asyncio.create_task(batcher(i)) for i in (0, 1)]
+        await asyncio.sleep(0.005)  # 0 and 1 went as one call, one slot left: 2 goes alone at once
+        second = asyncio.create_task(batcher(2))
+        await asyncio.sleep(0.005)  # both slots busy: 3-12 wait for the first call to return
+        rest = [batcher(i) for i in range(3, 13)]
+        return [*await asyncio.gather(*first), await second, *await asyncio.gather(*rest)]
+
+    assert asyncio.run(main()) == [2 * i for i in range(13)]
+    assert most == 2
+    assert batches == [[0, 1], [2], list(range(3, 11)), [11, 12]], batches

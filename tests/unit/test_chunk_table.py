@@ -19,6 +19,8 @@ def test_rows_are_dicts_on_demand_and_iteration_crosses_batches():
     rows = list(chunks)
     assert len(rows) == 10 and rows[7] == chunks[7] and [r["chunk_id"] for r in rows[:5]] == [f"c{i}" for i in range(5)]
     assert chunks.column("doc_id")[4] == "d2"
+    assert chunks.rows([7, 0, 7]) == [chunks[7], chunks[0], chunks[7]]  # in the order asked, across Arrow chunks
+    assert chunks.rows([]) == []  # a search with no hits
 
 
 def test_rows_by_value_groups_every_row_once_in_order():
