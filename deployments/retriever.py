@@ -58,9 +58,11 @@ class Retriever:
         self.index: Index | None = None
         self.encoders: dict[str, embedder.Encoder] = {}  # _key(index's embedder) → its loaded encoder
         self.version_gauge = Gauge("ragline_index_version", description="Index version this replica serves.")
-        # concurrent requests' questions, embedded together: searches (retrieve), texts (/v1/embeddings)
-        self._retrieve = Batcher(self._search, cfg.max_batch_size, cfg.batch_wait_timeout_s)
+        # Two stages, each batching concurrent requests in a thread of its own, so one batch's questions are
+        # searched while the next batch is embedded: embedding (questions and /v1/embeddings texts together), then
+        # search.
         self._embed = Batcher(self._encode, cfg.max_batch_size, cfg.batch_wait_timeout_s)
+        self._search = Batcher(self._search_batch, cfg.max_batch_size)
         self.questions = 0  # in retrieve_many calls now: the autoscaling metric
         self._refresh()  # the first load happens here, so a replica with an index is ready when it starts
         self.watcher = Watcher("the index catalog", self._refresh, poll_interval_s,
@@ -86,32 +88,35 @@ class Retriever:
             raise NotReady("no index version is published yet: run `ragline ingest` first")
         return self.index
 
-    def _encode(self, items: list[tuple[str, str]]) -> list[np.ndarray]:
-        """(encoder key, text) pairs from concurrent requests → one encode call per encoder."""
+    def _encode(self, items: list[tuple[str, str]]) -> list[tuple[np.ndarray, float]]:
+        """(encoder key, text) pairs from concurrent requests → (vector, the batch's encode ms) each, one encode call
+        per encoder."""
+        t0 = time.perf_counter()
         out: list[np.ndarray | None] = [None] * len(items)
         for key in {k for k, _ in items}:
             rows = [i for i, (k, _) in enumerate(items) if k == key]
             for i, v in zip(rows, self.encoders[key].encode([items[i][1] for i in rows]), strict=True):
                 out[i] = v
+        ms = (time.perf_counter() - t0) * 1e3
         assert all(v is not None for v in out)
-        return out  # type: ignore[return-value]
+        return [(v, ms) for v in out if v is not None]
 
-    def _search(self, queries: list[Query]) -> list[Retrieved]:
-        """Concurrent requests' questions, in one thread: embedded together (one encode per encoder), then
-        searched one by one. A request's `embed` time is its batch's. `Index.search` raises for nothing one
-        request can bring (the API refuses empty questions before), so no request fails the others."""
-        t0 = time.perf_counter()
-        vectors = iter(self._encode([(_key(q.index), q.text) for q in queries if q.mode != "lexical"]))
-        embed_ms = (time.perf_counter() - t0) * 1e3
+    def _search_batch(self, items: list[tuple[Query, np.ndarray | None, float]]) -> list[Retrieved]:
+        """(query, its embedding (None: lexical), embed ms) of concurrent requests, searched one by one.
+        `Index.search` raises for nothing one request can bring (the API refuses empty questions before), so no
+        request fails the others."""
         out = []
-        for q in queries:
-            t1 = time.perf_counter()
-            hits = q.index.search(q.text, None if q.mode == "lexical" else next(vectors), q.mode, q.k, self.cfg,
-                                  q.sources)
+        for q, vector, embed_ms in items:
+            t0 = time.perf_counter()
+            hits = q.index.search(q.text, vector, q.mode, q.k, self.cfg, q.sources)
             out.append(Retrieved(index_version=q.index.version, mode=q.mode, embedder=q.index.manifest.embedder.name,
                                  hits=[Passage(**h.to_dict()) for h in hits],
-                                 timings_ms={"embed": embed_ms, "search": (time.perf_counter() - t1) * 1e3}))
+                                 timings_ms={"embed": embed_ms, "search": (time.perf_counter() - t0) * 1e3}))
         return out
+
+    async def _retrieve(self, q: Query) -> Retrieved:
+        vector, embed_ms = (None, 0.0) if q.mode == "lexical" else await self._embed((_key(q.index), q.text))
+        return await self._search((q, vector, embed_ms))
 
     async def retrieve(self, query: str, mode: Mode | None = None, k: int | None = None,
                        sources: list[str] | None = None) -> Retrieved:
@@ -138,8 +143,8 @@ class Retriever:
     async def embed(self, texts: list[str]) -> Embedded:
         index = self._serving()
         key = _key(index)
-        vectors = await asyncio.gather(*(self._embed((key, t)) for t in texts))
-        return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v in vectors])
+        embedded = await asyncio.gather(*(self._embed((key, t)) for t in texts))
+        return Embedded(model=index.manifest.embedder.name, vectors=[v.tolist() for v, _ in embedded])
 
     async def source(self, chunk_id: str) -> Source:
         index = self._serving()
