@@ -4,9 +4,9 @@ one run.
 
 The plain loop gets every core (torch threads = all CPUs); each Ray worker gets its share (one core), so the ratio
 is what data parallelism costs on this machine: the goal is overhead, not speed-up. Both sides compute the same
-step (Ragline's `collate_lm` with the job's `pad_to_multiple_of`, `model_inputs` / `loss_of`, AdamW, clipping,
-`--grad-accum` micro-batches per optimizer step, the DDP side skipping the all-reduce inside the window with
-`no_sync`), so only distribution differs.
+step (Ragline's `collate_lm` with the job's `pad_to_multiple_of`, `model_inputs` / `loss_of`, its fused AdamW
+`strategies.adamw`, clipping, `--grad-accum` micro-batches per optimizer step, the DDP side skipping the all-reduce
+inside the window with `no_sync`), so only distribution differs.
 Throughput is wall-clock: real (unpadded) tokens of optimizer steps 2 .. N-1 over the time from the end of step 1
 to the end of step N-1, data loading, collectives and metric logging included (for the Ray side, the times its
 MLflow metrics were logged at; step N, which saves the checkpoint, is left out and its save time reported
@@ -39,6 +39,7 @@ from app.storage import Storage  # noqa: E402
 from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.run import run_training  # noqa: E402
 from app.train.sft_data import SFTTokenize, collate_lm  # noqa: E402
+from app.train.strategies import adamw  # noqa: E402
 from app.train.task import build_model, loss_of, model_inputs, resolve_model  # noqa: E402
 from benchmarks.readme_tables import publish  # noqa: E402
 
@@ -60,7 +61,7 @@ def plain_loop(cfg: TrainJobConfig) -> dict[str, float]:
     lines = [line for file in cfg.sft.paths for line in Path(file).read_text().splitlines() if line.strip()]
     rows = tok({"record": np.array(lines), "source": np.array(["x"] * len(lines))})
     model = build_model(cfg, path)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = adamw(list(model.parameters()), cfg)
     size, cpu = WORKERS * cfg.batch_size, torch.device("cpu")
     ends, tokens, micro = [], [], 0
     assert cfg.max_steps is not None

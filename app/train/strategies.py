@@ -35,6 +35,13 @@ def schedule(cfg: TrainJobConfig, total_steps: int) -> Any:
     return functools.partial(lr_factor, warmup=cfg.warmup_steps, total=total_steps)
 
 
+def adamw(params: list[torch.nn.Parameter], cfg: TrainJobConfig) -> torch.optim.AdamW:
+    """torch's fused AdamW (CPU since torch 2.4, and CUDA): one vectorised pass over each parameter's tensors instead
+    of a loop of small ops per tensor. Clipping and a step of SmolLM2-135M's parameters on this 2-core machine:
+    0.14 s against 0.55-0.59 s on one thread (what each DDP worker has), 0.10-0.13 against 0.36-0.42 on two."""
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+
+
 def autocast_dtype(cfg: TrainJobConfig, device: torch.device) -> torch.dtype | None:
     """bf16 where asked, or under `auto` on a GPU that supports it; None: fp32."""
     if cfg.precision == "bf16":
@@ -68,7 +75,7 @@ class Strategy:
         self.module = model  # the unwrapped model (its state dict is what gets exported)
         self.model = self.wrap(model)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = adamw(params, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule(cfg, total_steps))
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -233,7 +240,7 @@ class DeepSpeed(Strategy):
             "wall_clock_breakdown": False,
         }
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer = adamw(params, cfg)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(cfg, total_steps))
         self.model, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config, dist_init_required=False)

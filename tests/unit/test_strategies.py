@@ -33,6 +33,7 @@ def _rank(rank: int, store: str) -> None:
     cfg = TrainJobConfig.model_validate({"task": "sft", "sft": {"paths": ["x.jsonl"]}, "num_workers": 2,
                                          "grad_accum": GRAD_ACCUM, "lr": 0.1, "warmup_steps": 0})
     strategy = Strategy(cfg, Tiny(), total_steps=STEPS, device=torch.device("cpu"))
+    assert strategy.optimizer.defaults["fused"]  # one vectorised pass per tensor (strategies.adamw)
     allreduces: list[int] = []
 
     # DDP checks the hook's annotations as objects (so no `from __future__ import annotations` in this file)
