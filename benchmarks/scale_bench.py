@@ -39,9 +39,10 @@ NOISE = 0.018  # per-dimension σ: the noise vector's norm ≈ 0.018·√384 ≈
 def embed_scifact(cache: Path, n_queries: int) -> tuple[np.ndarray, np.ndarray]:
     """(documents, queries) as unit float32 rows, cached in `cache` (the corpus takes ~2 min on 2 cores)."""
     if not (cache / "docs.npy").exists():
+        from app import hardware
         from app.models import embedder
 
-        enc = embedder.Encoder("all-MiniLM-L6-v2", "bf16" if embedder.native_bf16("cpu") else "fp32")
+        enc = embedder.Encoder("all-MiniLM-L6-v2", hardware.choose_precision("auto", "cpu"))
         texts = [embedder.embed_text(r.get("title") or "", r.get("text") or "", True)
                  for r in map(json.loads, (SCIFACT / "corpus.jsonl").read_text(encoding="utf-8").splitlines()) if r]
         queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").read_text().splitlines() if line]

@@ -34,7 +34,7 @@ from ray import serve
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import apikeys, envs, serving  # noqa: E402
+from app import apikeys, envs, hardware, serving  # noqa: E402
 from app.config import AppConfig, load_config  # noqa: E402
 from app.demo_corpus import write_demo_corpus  # noqa: E402
 from app.indexing import run_ingest  # noqa: E402
@@ -102,7 +102,7 @@ class LocalBackends:
         # the deployment's class, usable as a plain object
         self.generator = Generator.func_or_class(storage, cfg.serve.generator, cfg.serve.poll_interval_s)
         self.rerank_cfg = cfg.serve.reranker
-        self.rerank_precision = embedder.choose_precision(self.rerank_cfg.precision, "cpu")
+        self.rerank_precision = hardware.choose_precision(self.rerank_cfg.precision, "cpu")
 
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
         hits = await asyncio.to_thread(self.searcher.search, query, None, k)
@@ -200,8 +200,6 @@ def median_runs(runs: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, 
 def make_reranker(cache: Path) -> str:
     """A CrossEncoder directory with MiniLM's architecture (what `ragline train reranker` fine-tunes)."""
     from sentence_transformers import CrossEncoder
-
-    from app.models import embedder
 
     path = cache / "bench-cross-encoder"
     if not (path / "config.json").exists():

@@ -35,6 +35,7 @@ class GeneratorReady(StageReady):
     generator: str  # the model (version) answering
     engine: str
     llm: NotRequired[str]  # vllm: the model the LLM application serves, or why it is not ready
+    computes: NotRequired[str]  # vllm: its dtype and the hardware that chose it
 
 
 @serve.deployment(name="Generator")
@@ -92,7 +93,8 @@ class Generator:
         out: GeneratorReady = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
         if isinstance(self.engine, ServeLLMEngine):
             try:
-                out["llm"] = await asyncio.wait_for(self.engine.served(), READY_TIMEOUT_S)
+                out["llm"], out["computes"] = await asyncio.wait_for(
+                    asyncio.gather(self.engine.served(), self.engine.computes()), READY_TIMEOUT_S)
             except Exception as e:  # not deployed yet, starting, or failed: say which, do not raise
                 return {**out, "ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is not ready: "
                         f"{type(e).__name__}: {e}"[:300]}

@@ -27,7 +27,8 @@ def build_app(args: GraphArgs) -> Application:
     reranker = Reranker.bind(storage, serve.reranker, poll_s)  # type: ignore[attr-defined]
     generator = Generator.bind(storage, serve.generator, poll_s)  # type: ignore[attr-defined]
     return Ingress.bind(retriever, reranker, generator, storage, IngressArgs(  # type: ignore[attr-defined]
-        api=serve.api, generator=serve.generator.model, embedder=cfg.ingest.embed.model,
+        api=serve.api, generator=serve.generator.model, max_new_tokens=serve.generator.max_new_tokens,
+        embedder=cfg.ingest.embed.model,
         index_version=serve.retriever.index_version, candidates=serve.reranker.candidates if serve.reranker.model
         else 0, retrieve_batch=serve.retriever.max_batch_size, poll_interval_s=poll_s,
         api_keys_file=args.api_keys_file))

@@ -135,6 +135,7 @@ class IndexEmbedder:
 class IngressArgs:
     api: ApiConfig
     generator: str  # serve.generator.model: the name /v1/models lists
+    max_new_tokens: int  # serve.generator.max_new_tokens: the most tokens an answer may take
     embedder: str  # ingest.embed.model: the embedder named until an index version is published
     index_version: int | None  # serve.retriever.index_version: the index the Retriever is pinned to (None: latest)
     candidates: int  # passages retrieved for the reranker to choose from (0: no reranker)
@@ -154,7 +155,8 @@ class Ingress:
         self.embedder = IndexEmbedder(root, args.index_version, args.embedder, args.poll_interval_s)
         flow = RagFlow(HandleBackends(retriever, reranker, generator, args.retrieve_batch),
                        candidates=args.candidates, observe=stage_latency())
-        self.api = build_api(flow, args.api, keys, generator=args.generator, embedder=self.embedder, storage=root)
+        self.api = build_api(flow, args.api, keys, generator=args.generator, max_new_tokens=args.max_new_tokens,
+                             embedder=self.embedder, storage=root)
 
     def __serve_build_asgi_app__(self) -> Guard:
         return self.api

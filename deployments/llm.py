@@ -29,7 +29,7 @@ from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 from ray.serve import Application
 from ray.serve.llm import LLMConfig, LLMServer, build_llm_deployment
 
-from app import envs, serving
+from app import envs, hardware, serving
 from app.config import GeneratorConfig
 from app.errors import NotFound, UserError
 from app.models import generator as generator_model
@@ -129,8 +129,12 @@ class RaglineLLMServer(LLMServer):
             raise NotFound(f"generator.model {gen.model}: no version is promoted yet "
                              "(`ragline models promote NAME VERSION`)")
         source, self.label = found
+        # The dtype is chosen here, on the engine's own node: bf16 only where this CPU computes it natively.
+        self.dtype = hardware.generator_dtype(gen.dtype, gen.device)
+        log.info("vLLM %s on %s (serve.generator.dtype %s)", self.dtype, hardware.detect().summary(), gen.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.
-        cfg = LLMConfig.model_validate({**llm_config.model_dump(exclude_unset=True),
+        config = llm_config.model_dump(exclude_unset=True)
+        cfg = LLMConfig.model_validate({**config, "engine_kwargs": {**config["engine_kwargs"], "dtype": self.dtype},
                                         "model_loading_config": {"model_id": self.label, "model_source": source}})
         await super().__init__(cfg)
         engine = [str(p.pid) for p in psutil.Process().children(recursive=True)]
@@ -144,6 +148,10 @@ class RaglineLLMServer(LLMServer):
     async def served(self) -> str:
         """The label of the model this replica serves (also the `model` of its responses)."""
         return self.label
+
+    async def computes(self) -> str:
+        """The dtype the engine runs and the hardware that decided it (for /readyz)."""
+        return f"{self.dtype} on {hardware.detect().summary()}"
 
     def _follow_catalog(self) -> None:
         """A newly promoted version: pin it in the running Serve config, and Serve rolls this application over."""

@@ -16,8 +16,9 @@ from typing import Any
 
 from ray import serve
 
+from app import hardware
 from app.config import RerankerConfig
-from app.models import cross_encoder, embedder, trained
+from app.models import cross_encoder, trained
 from app.rag.protocol import Document, Ranking, StageReady
 from app.storage import Storage
 from deployments.batching import Batcher
@@ -30,13 +31,14 @@ log = logging.getLogger("ray.serve")
 class RerankerReady(StageReady):
     reranker: str  # the model's label, or "none"
     precision: str  # what it scores in: bf16 or fp32
+    computes: str  # that precision, on what hardware
 
 
 @serve.deployment(name="Reranker")
 class Reranker:
     def __init__(self, storage: str, cfg: RerankerConfig, poll_interval_s: float):
         self.cfg = cfg
-        self.precision = embedder.choose_precision(cfg.precision, "cpu")
+        self.precision = hardware.choose_precision(cfg.precision, "cpu")
         self.storage = Storage(storage)
         self.current: tuple[Any, str] = (None, NONE)  # (CrossEncoder, its label), swapped as one reference
         self._score = Batcher(self._score_pairs, cfg.max_batch_size, cfg.batch_wait_timeout_s)
@@ -80,7 +82,8 @@ class Reranker:
         return Ranking(label, order, [scores[i] for i in order])
 
     def ready(self) -> RerankerReady:
-        return {"ready": True, "reranker": self.current[1], "precision": self.precision}
+        return {"ready": True, "reranker": self.current[1], "precision": self.precision,
+                "computes": f"{self.precision} on {hardware.detect().summary()}"}
 
     def __del__(self) -> None:
         if hasattr(self, "watcher"):

@@ -17,6 +17,7 @@ import numpy as np
 from ray import serve
 from ray.util.metrics import Gauge
 
+from app import hardware
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
 from app.errors import NotFound, NotReady
@@ -37,6 +38,7 @@ class RetrieverReady(StageReady, total=False):
     dataset_version: int | None
     embedder: str
     chunks: int
+    computes: str  # the embedder's runtime and precision, on what hardware
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,8 @@ class Retriever:
             return {"ready": False, "reason": "no index version is published yet"}
         m = self.index.manifest
         return {"ready": True, "index_version": m.version, "dataset_version": m.parent,
-                "embedder": m.embedder.name, "chunks": len(self.index.chunks)}
+                "embedder": m.embedder.name, "chunks": len(self.index.chunks),
+                "computes": f"{m.embedder.runtime} {m.embedder.precision} on {hardware.detect().summary()}"}
 
     def __del__(self) -> None:
         if hasattr(self, "watcher"):

@@ -117,6 +117,29 @@ class ModelSummary(BaseModel):
     promoted: int | None
 
 
+class Computes(BaseModel):
+    """What this machine is, and what each component's `auto` settings choose on it (an explicit setting wins)."""
+
+    hardware: dict[str, object]  # app.hardware.Hardware.record()
+    embedder: str  # runtime and precision of a new dataset (an existing one keeps its own)
+    reranker: str
+    generator: str  # vLLM's dtype
+
+
+def computes(c: Context) -> Computes:
+    from app import hardware
+    from app.models import embedder
+
+    hw, ec = hardware.detect(), c.cfg.ingest.embed
+    device = "cuda" if ec.num_gpus > 0 else "cpu"
+    gen = c.cfg.serve.generator
+    return Computes(hardware=hw.record(),
+                    embedder=f"{embedder.choose_runtime(ec.runtime, ec.model, device)} "
+                             f"{hardware.choose_precision(ec.precision, device)}",
+                    reranker=hardware.choose_precision(c.cfg.serve.reranker.precision, "cpu"),
+                    generator=hardware.generator_dtype(gen.dtype, gen.device))
+
+
 def cluster_status(c: Context) -> ClusterStatus:
     """Jobs and Serve applications from the dashboard's REST API: the one --address names, or a local one."""
     from app import remote
@@ -148,16 +171,21 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
                                  promoted=(p.version if (p := catalog.promoted(name)) else None))
               for name in catalog.model_names()}
     cluster = cluster_status(c)
+    chosen = computes(c)
     if as_json:
         print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
             "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
             "training_runs": [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model",
                                                       "error")} for r in training],
             "models": {name: m.model_dump() for name, m in models.items()},
-            "cluster": cluster.model_dump(exclude_unset=True)})
+            "cluster": cluster.model_dump(exclude_unset=True), "computes": chosen.model_dump()})
         return
     print_cluster(cluster)
     out.print(f"storage: {c.storage.uri}")
+    from app import hardware
+
+    out.print(f"this machine: {hardware.detect().summary()}; auto chooses: embedder {chosen.embedder}, reranker "
+              f"{chosen.reranker}, generator {chosen.generator}")
     t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
     for r in runs:
         made = ("-", "-", "-")  # dataset, index, documents kept: a succeeded run's report says

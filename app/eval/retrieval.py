@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from tqdm import tqdm
 
+from app import hardware
 from app.catalog import Precision, now_iso
 from app.config import AppConfig
 from app.errors import NotFound, UserError
 from app.eval import RUNS, new_run_id
 from app.eval.metrics import collapse_to_docs, mean, ndcg_at_k, recall_at_k
 from app.models import cross_encoder
-from app.models.embedder import choose_precision
 from app.qa.beir import load_beir
 from app.storage import Storage
 
@@ -69,7 +69,7 @@ def evaluate_retrieval(dataset_dir: Path, split: str, storage_root: str, cfg: Ap
     ingest = ensure_index(dataset_dir, storage, cfg)
 
     scorer = Reranking(reranker, Storage(storage_root), cfg.serve.reranker.max_length,
-                       choose_precision(cfg.serve.reranker.precision, "cpu")) if reranker else None
+                       hardware.choose_precision(cfg.serve.reranker.precision, "cpu")) if reranker else None
     index = Index.load(storage)
     searcher = Searcher(index, cfg.search)
     qids = list(queries)

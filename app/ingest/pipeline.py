@@ -18,6 +18,7 @@ import ray
 from pydantic import BaseModel
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from app import hardware
 from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig
 from app.dataset import DOCUMENTS_FILE, DOCUMENTS_FILE_SCHEMA, documents_files
@@ -183,7 +184,7 @@ def _variant(cfg: AppConfig, previous: Manifest | None) -> embedder.Variant:
     ec, device = cfg.ingest.embed, _embed_device(cfg)
     if previous is None:
         return embedder.Variant(embedder.choose_runtime(ec.runtime, ec.model, device),
-                                embedder.choose_precision(ec.precision, device))
+                                hardware.choose_precision(ec.precision, device))
     had = previous.embedder
     if (had.name, had.revision) != (ec.model, embedder.revision(ec.model)):
         raise Conflict(f"dataset version {previous.version} was embedded with {had.name} ({had.revision}); "
@@ -202,7 +203,7 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
     light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
     model_path = embedder.resolve(ic.embed.model)
     revision = embedder.revision(ic.embed.model)
-    threads = max(1, round(ic.embed.num_cpus))
+    threads = hardware.threads(ic.embed.num_cpus)
     # Small blocks (≈ a few embedding batches each) so every embedding actor has work: one big input file would
     # otherwise flow through the pipeline as one block and keep a single actor busy.
     ray.data.DataContext.get_current().target_max_block_size = BLOCK_BYTES

@@ -87,21 +87,6 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     return tok
 
 
-def native_bf16(device: str) -> bool:
-    """Whether bf16 matmuls run natively here (CUDA, or a CPU with AVX512-BF16 or AMX); elsewhere they are
-    emulated and slower than fp32."""
-    import torch
-
-    return device.startswith("cuda") or torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
-def choose_precision(wanted: Literal["auto", "fp32", "bf16"], device: str) -> Precision:
-    """`auto`: bf16 where it is native, fp32 elsewhere."""
-    if wanted != "auto":
-        return wanted
-    return "bf16" if native_bf16(device) else "fp32"
-
-
 class Variant(NamedTuple):
     """How an embedder computes: part of a dataset's and an index's identity."""
 

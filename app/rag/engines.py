@@ -133,6 +133,9 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
     async def served(self) -> str:
         return str(await self.handle().served.remote())
 
+    async def computes(self) -> str:
+        return str(await self.handle().computes.remote())
+
     async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
         from ray.serve.llm.openai_api_models import ChatCompletionRequest
 

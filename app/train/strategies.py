@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from app import hardware
 from app.errors import UserError
 from app.train.config import TrainJobConfig
 
@@ -43,10 +44,11 @@ def adamw(params: list[torch.nn.Parameter], cfg: TrainJobConfig) -> torch.optim.
 
 
 def autocast_dtype(cfg: TrainJobConfig, device: torch.device) -> torch.dtype | None:
-    """bf16 where asked, or under `auto` on a GPU that supports it; None: fp32."""
+    """bf16 where asked, or under `auto` on a GPU that has it natively (`app.hardware`); None: fp32. On CPU `auto`
+    is fp32 whatever the CPU: `precision: bf16` asks for autocast there."""
     if cfg.precision == "bf16":
         return torch.bfloat16
-    if cfg.precision == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported():
+    if cfg.precision == "auto" and device.type == "cuda" and hardware.detect().native_bf16("cuda"):
         return torch.bfloat16
     return None
 

@@ -14,6 +14,7 @@ from ray.util.metrics import Histogram
 
 from app import apikeys
 from app.config import ApiConfig
+from app.rag.admission import Admission
 from app.rag.flow import RagFlow
 from app.storage import Storage
 from deployments.api import chat, console, errors, health, query, retrieval
@@ -31,13 +32,17 @@ def stage_latency() -> Callable[[str, float], None]:
     return lambda stage, ms: latency.observe(ms, tags={"stage": stage})
 
 
-def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator: str,
+def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator: str, max_new_tokens: int,
               embedder: ServedEmbedder, storage: Storage) -> Guard:
-    """The guarded ASGI app. `generator`: the served generator's name (/v1/models); `storage`: the root whose runs
-    and versions the console shows."""
+    """The guarded ASGI app. `generator`: the served generator's name (/v1/models); `max_new_tokens`: the most
+    tokens an answer may take (what admission counts a request at); `storage`: the root whose runs and versions the
+    console shows."""
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
-    edge = Edge(flow, api, generator, embedder)
+    admission = Admission(budget_s=api.generation_budget_s or api.request_timeout_s / 2,
+                          warmup=api.generation_warmup, max_running=api.max_generating,
+                          lifetime_s=api.request_timeout_s + 5)
+    edge = Edge(flow, api, generator, embedder, max_new_tokens, admission)
     for module in (health, retrieval, query, chat):
         app.include_router(module.router(edge))
     app.include_router(console.router(edge, storage))

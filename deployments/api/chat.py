@@ -50,18 +50,20 @@ def router(edge: Edge) -> APIRouter:
                                 history=history)
         flow, timings = edge.flow, dict[str, float]()
         head: ChatHead = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": edge.generator}
+        ticket = edge.admit(generation)
 
         if not req.stream:
             async def run() -> ChatCompletion:
                 context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
                 out = await flow.answer(question, context, generation, timings)
+                ticket.finish(out.finished.completion_tokens)
                 return {**head, "object": "chat.completion",
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text.strip()},
                                      "finish_reason": out.finished.finish_reason}],
                         "usage": usage(out.finished), "citations": citations(out.passages, out.text),
                         "ragline": meta(context, timings, out.finished)}
 
-            return await edge.deadline(run())
+            return await edge.answering(ticket, run())
 
         def chunk(choices: list[ChunkChoice], **extra: Unpack[ChunkExtra]) -> bytes:
             body: ChatCompletionChunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
@@ -75,12 +77,13 @@ def router(edge: Edge) -> APIRouter:
                     yield chunk([{"index": 0, "delta": {"content": piece.text}, "finish_reason": None}])
                     continue
                 f = piece.finished
+                ticket.finish(f.completion_tokens)
                 yield chunk([{"index": 0, "delta": {}, "finish_reason": f.finish_reason}],
                             citations=citations(piece.passages, piece.text), ragline=meta(context, timings, f))
                 if req.stream_options and req.stream_options.include_usage:
                     yield chunk([], usage=usage(f))
             yield sse(None, "[DONE]")
 
-        return edge.streaming(events())
+        return edge.streaming(events(), ticket)
 
     return r

@@ -14,7 +14,9 @@ from pydantic import BaseModel
 
 from app.config import ApiConfig
 from app.errors import RaglineError, UserError
+from app.rag.admission import Admission, Ticket
 from app.rag.flow import RagFlow
+from app.rag.protocol import Generation
 from deployments import limits
 from deployments.api.errors import STAGE_FAILURES, body, translate
 
@@ -37,6 +39,12 @@ class Edge:
     api: ApiConfig
     generator: str  # the name /v1/models lists and requests may ask for
     embedder: ServedEmbedder
+    max_new_tokens: int  # serve.generator.max_new_tokens: the most tokens an answer may take
+    admission: Admission
+
+    def admit(self, generation: Generation) -> Ticket:
+        """A generation's ticket, or Overloaded (503 + Retry-After) now, before any stage runs."""
+        return self.admission.admit(min(generation.max_tokens or self.max_new_tokens, self.max_new_tokens))
 
     def within_limits(self, req: BaseModel) -> None:
         """Sizes first, before a tokenizer or a stage sees the request."""
@@ -53,11 +61,18 @@ class Edge:
         """The request's result, or TimeoutError (a 504) after `request_timeout_s`, which cancels the stages."""
         return await asyncio.wait_for(call, self.api.request_timeout_s)
 
-    def streaming(self, events: AsyncIterator[bytes]) -> StreamingResponse:
-        return StreamingResponse(self._within_deadline(events), media_type="text/event-stream",
+    async def answering(self, ticket: Ticket, call: Awaitable[T]) -> T:
+        """`call`'s result within the deadline; the ticket is given back however it ends."""
+        try:
+            return await self.deadline(call)
+        finally:
+            ticket.release()  # a no-op once the answer finished it
+
+    def streaming(self, events: AsyncIterator[bytes], ticket: Ticket | None = None) -> StreamingResponse:
+        return StreamingResponse(self._within_deadline(events, ticket), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def _within_deadline(self, events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def _within_deadline(self, events: AsyncIterator[bytes], ticket: Ticket | None) -> AsyncIterator[bytes]:
         """Errors after the response started cannot change its status: they become an `error` event."""
         try:
             async with asyncio.timeout(self.api.request_timeout_s):
@@ -68,6 +83,9 @@ class Edge:
             if not isinstance(err, RaglineError):
                 raise err from e
             yield sse("error", body(err))
+        finally:
+            if ticket is not None:
+                ticket.release()
 
 
 def sse(event: str | None, data: object) -> bytes:

@@ -20,7 +20,7 @@ def router(edge: Edge) -> APIRouter:
     async def readyz() -> JSONResponse:
         parts = await edge.flow.ready()
         ok = all(p["ready"] for p in parts.values())
-        return JSONResponse({"ready": ok, **parts}, 200 if ok else 503)
+        return JSONResponse({"ready": ok, **parts, "admission": edge.admission.state()}, 200 if ok else 503)
 
     @r.get("/v1/models", response_model=dict[str, object])  # the body as built (deployments/api/views.py)
     async def list_models() -> ModelList:

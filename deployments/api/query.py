@@ -26,10 +26,12 @@ def router(edge: Edge) -> APIRouter:
         flow, timings = edge.flow, dict[str, float]()
         generation = Generation(max_tokens=req.max_tokens, temperature=req.temperature)
         t0 = time.perf_counter()
+        ticket = edge.admit(generation)
 
         async def run() -> QueryResponse:
             context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
             out = await flow.answer(req.question, context, generation, timings)
+            ticket.finish(out.finished.completion_tokens)
             timings["total"] = (time.perf_counter() - t0) * 1e3
             f = out.finished
             return {"answer": out.text.strip(), "finish_reason": f.finish_reason,
@@ -38,7 +40,7 @@ def router(edge: Edge) -> APIRouter:
                     **meta(context, timings, f)}
 
         if not req.stream:
-            return await edge.deadline(run())
+            return await edge.answering(ticket, run())
 
         async def events() -> AsyncIterator[bytes]:
             context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
@@ -48,12 +50,13 @@ def router(edge: Edge) -> APIRouter:
                     continue
                 timings["total"] = (time.perf_counter() - t0) * 1e3
                 f = piece.finished
+                ticket.finish(f.completion_tokens)
                 yield sse("citations", {"citations": citations(piece.passages, piece.text),
                                         **meta(context, timings, f)})
                 yield sse("done", {"finish_reason": f.finish_reason,
                                    "usage": {"prompt_tokens": f.prompt_tokens,
                                              "completion_tokens": f.completion_tokens}})
 
-        return edge.streaming(events())
+        return edge.streaming(events(), ticket)
 
     return r

@@ -313,7 +313,12 @@ async function refresh() {
     card("generator", ready.generator?.generator, "served-generator"),
     card("reranker", ready.reranker?.reranker, "served-reranker"),
     card("embedder", ready.retriever?.embedder, "served-embedder"),
-    card("storage", status.storage, "storage")));
+    card("storage", status.storage, "storage")),
+  // what each stage computes in, and the hardware that chose it (app/hardware.py)
+  el("div", { class: "cards" },
+    card("embedder computes", ready.retriever?.computes, "computes-embedder"),
+    card("reranker computes", ready.reranker?.computes, "computes-reranker"),
+    card("generator computes", ready.generator?.computes, "computes-generator")));
 
   $("ingest-runs").replaceChildren(table(
     ["run", "state", "submitted", "read", "kept", "dropped", "quarantined", "chunks", "dataset", "index"],

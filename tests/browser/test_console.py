@@ -15,7 +15,7 @@ import pytest
 import ray
 from ray import serve
 
-from app import apikeys, serving
+from app import apikeys, hardware, serving
 from app.catalog import Catalog
 from app.config import load_config
 from app.services.ingest import get_or_start as ingest_service
@@ -136,6 +136,9 @@ def test_operate_shows_what_the_api_says(console, page):
     assert served is not None and ready["retriever"]["index_version"] == served.version
     assert page.inner_text("[data-testid=served-index] .value") == str(served.version)
     assert page.inner_text("[data-testid=served-generator] .value") == ready["generator"]["generator"]
+    # what the generator computes in, chosen by the hardware: never bf16 where the CPU would emulate it
+    dtype = "bfloat16" if hardware.detect().cpu_bf16 else "float32"
+    assert page.inner_text("[data-testid=computes-generator] .value").startswith(f"{dtype} on ")
     runs = page.inner_text("#ingest-runs")
     assert console["run_id"] in runs and "succeeded" in runs
     run = next(r for r in status["ingest_runs"] if r["run_id"] == console["run_id"])

@@ -3,6 +3,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from app import hardware
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.errors import Conflict
 from app.index.build import build_index, load_chunks
@@ -10,7 +11,6 @@ from app.index.search import Index, Searcher
 from app.indexing import run_ingest
 from app.ingest.pipeline import IngestError
 from app.ingest.stages import DROP_REASONS
-from app.models import embedder
 from app.storage import Storage
 from tests.helpers import PLANTED, topic_text
 
@@ -47,7 +47,7 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     ds = catalog.get("datasets", report["dataset_version"])
     assert ds.counts == {"documents": want["kept"], "chunks": report["chunks"]} and catalog.verify(ds) == []
     assert ds.embedder.name == "all-MiniLM-L6-v2" and ds.embedder.dim == 384
-    assert ds.embedder.precision == embedder.choose_precision("auto", "cpu")  # bf16 where the CPU has it
+    assert ds.embedder.precision == hardware.choose_precision("auto", "cpu")  # bf16 where the CPU has it
     assert ds.embedder.runtime == "openvino"  # on CPU, for a mean-pooled model
     drops = pq.read_table(storage.path(f"runs/ingest/{report['run_id']}.drops.parquet")).to_pylist()
     assert len(drops) == sum(docs["dropped"].values())

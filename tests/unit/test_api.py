@@ -4,6 +4,8 @@ OpenAI response shapes."""
 import asyncio
 import base64
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -88,7 +90,8 @@ class WordCounter:
 def serve_api(stages, cfg, keys, storage):
     """The API as the Ingress builds it, over the fakes (candidates: 0, no reranker configured)."""
     return build_api(RagFlow(stages, candidates=0), cfg.api, apikeys.KeyRing.of(keys),
-                     generator="SmolLM2-135M-Instruct", embedder=WordCounter(), storage=storage)
+                     generator="SmolLM2-135M-Instruct", max_new_tokens=cfg.generator.max_new_tokens,
+                     embedder=WordCounter(), storage=storage)
 
 
 @pytest.fixture
@@ -397,3 +400,33 @@ def test_status_shows_runs_versions_and_evaluations_from_storage(client, storage
     assert (done["read"], done["kept"], done["dropped"]) == (7, 5, {"empty": 1, "unreadable": 1})
     assert done["quarantined"][0]["reason"] == "ParserRejectedMarkup" and done["index_version"] == 1
     assert status["evals"]["answers"][0]["generator"] == "sft:v2" and status["evals"]["answers"][0]["f1"] == 100.0
+
+
+def test_generations_past_what_can_finish_in_time_are_refused_at_once_streamed_or_not(stages, storage):
+    """One answer is generating and nothing is measured yet (warmup 1): the next answers get 503 + Retry-After at
+    once, streamed or not, while retrieval still works; once the first has finished, answers are admitted again."""
+    cfg = ServeConfig()
+    cfg.api.generation_warmup, cfg.api.request_timeout_s = 1, 10
+    stages.slow = 0.2  # five words: a second of generating
+    with TestClient(serve_api(stages, cfg, [KEY], storage)) as client:
+        first: list = []
+        running = threading.Thread(target=lambda: first.append(
+            client.post("/v1/query", json={"question": "When do zebras cross?"}, headers=AUTH)))
+        running.start()
+        while "generate" not in stages.calls:
+            time.sleep(0.01)
+        for body in ({"question": "Zebras?"}, {"question": "Zebras?", "stream": True}):
+            t0 = time.perf_counter()
+            r = client.post("/v1/query", json=body, headers=AUTH)
+            assert time.perf_counter() - t0 < 0.5 and r.headers["retry-after"] == "1"
+            assert "not measured yet" in error(r, 503, "overloaded")["message"]
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Zebras?"}]},
+                        headers=AUTH)
+        error(r, 503, "overloaded")
+        assert client.post("/v1/retrieve", json={"query": "zebras"}, headers=AUTH).status_code == 200
+        running.join()
+        assert first[0].status_code == 200
+        admission = client.get("/readyz", headers=AUTH).json()["admission"]
+        assert admission["running"] == 0 and admission["tokens_per_s"] > 0, admission
+        assert client.post("/v1/query", json={"question": "Zebras?", "stream": True}, headers=AUTH).status_code == 200
+        assert client.get("/readyz", headers=AUTH).json()["admission"]["running"] == 0  # the stream gave it back

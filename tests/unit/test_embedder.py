@@ -3,7 +3,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from app import envs
+from app import envs, hardware
 from app.catalog import EmbedderInfo, Manifest
 from app.errors import Conflict, UserError
 from app.models import embedder
@@ -11,7 +11,7 @@ from app.models import embedder
 TEXTS = ["When do zebras cross the Mara river?", "Zebras migrate north each July.", "A for loop repeats a block."]
 
 
-@pytest.mark.skipif(not embedder.native_bf16("cpu"), reason="this CPU has no native bf16")
+@pytest.mark.skipif(not hardware.detect().cpu_bf16, reason="this CPU has no native bf16")
 def test_bf16_vectors_are_unit_length_and_agree_with_fp32():
     fp32 = embedder.Encoder("all-MiniLM-L6-v2", "fp32").encode(TEXTS)
     bf16 = embedder.Encoder("all-MiniLM-L6-v2", "bf16").encode(TEXTS)
@@ -21,7 +21,7 @@ def test_bf16_vectors_are_unit_length_and_agree_with_fp32():
     assert np.argmax(bf16[1:] @ bf16[0]) == 0  # and the same nearest passage
 
 
-@pytest.mark.skipif(not embedder.native_bf16("cpu"), reason="this CPU has no native bf16")
+@pytest.mark.skipif(not hardware.detect().cpu_bf16, reason="this CPU has no native bf16")
 def test_the_cross_encoder_scores_in_bf16_close_to_fp32():
     from app.models import cross_encoder
 
@@ -62,12 +62,6 @@ def test_openvino_refuses_what_it_cannot_reproduce(tmp_path):
     assert embedder.choose_runtime("auto", str(model), "cpu") == "torch"
     with pytest.raises(UserError, match="needs ingest.embed.runtime: torch"):
         embedder.Encoder(str(model), "fp32", runtime="openvino")
-
-
-def test_auto_precision_follows_the_hardware_and_explicit_wins():
-    assert embedder.choose_precision("fp32", "cuda") == "fp32"
-    assert embedder.choose_precision("auto", "cuda") == "bf16"
-    assert embedder.choose_precision("auto", "cpu") == ("bf16" if embedder.native_bf16("cpu") else "fp32")
 
 
 def test_versions_written_before_precision_existed_read_as_fp32_and_a_foreign_revision_is_refused():

@@ -42,7 +42,7 @@ def test_llm_config_on_cpu_and_gpu():
     cpu = llm_config(GeneratorConfig(kv_cache_gib=1.5, reserved_cpus=1, cpus=0.5), "m")
     assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
     assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1.5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
-    assert cpu.engine_kwargs == {"dtype": "bfloat16", "enforce_eager": True, "max_model_len": 2048,
+    assert cpu.engine_kwargs == {"dtype": "auto", "enforce_eager": True, "max_model_len": 2048,
                                  "max_num_seqs": 64, "enable_prefix_caching": True}
     assert cpu.deployment_config["ray_actor_options"] == {"num_cpus": 0}
     gpu = llm_config(GeneratorConfig(device="gpu", tensor_parallel_size=2, gpu_memory_utilization=0.8,

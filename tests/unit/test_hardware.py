@@ -1,0 +1,55 @@
+"""Hardware detection (app/hardware.py) and the choices made from it: bf16 only where it is native."""
+
+import pytest
+
+from app import hardware
+from app.errors import UserError
+
+EPYC_AVX2 = ("AMD EPYC 7B13", {"fpu", "sse4_2", "avx", "avx2", "fma"})
+EPYC_BF16 = ("AMD EPYC 9B14", {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"})
+XEON_AMX = ("Intel Xeon Platinum 8480+", {"avx2", "avx512f", "avx512_vnni", "amx_tile", "amx_bf16"})
+
+
+def hw(cpuinfo, forced=None) -> hardware.Hardware:
+    return hardware.read(cpuinfo, forced, cuda=())
+
+
+def test_levels_from_cpu_flags():
+    assert hw(EPYC_AVX2).level == "avx2" and not hw(EPYC_AVX2).cpu_bf16
+    assert hw(EPYC_BF16).level == "avx512_bf16" and hw(EPYC_BF16).cpu_bf16
+    assert hw(XEON_AMX).level == "avx512_bf16"  # AMX computes bf16 natively too
+    assert hw(("Old", {"sse4_2"})).level == "baseline"
+    assert hw(EPYC_BF16).flags == ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
+
+
+def test_a_forced_level_hides_what_is_above_it():
+    forced = hw(EPYC_BF16, "avx2")
+    assert forced.level == "avx2" and forced.flags == ("avx2", "fma") and forced.forced == "avx2"
+    assert "(forced avx2)" in forced.summary() and forced.record()["forced"] == "avx2"
+    assert hardware.forced_level("AVX512") == "avx512" and hardware.forced_level("") is None
+    with pytest.raises(UserError, match="RAGLINE_CPU_ISA='sse9'"):
+        hardware.forced_level("sse9")
+
+
+def test_auto_choices_follow_the_cpu_and_explicit_settings_win():
+    avx2, bf16 = hw(EPYC_AVX2), hw(EPYC_BF16)
+    assert hardware.generator_dtype("auto", "cpu", avx2) == "float32"
+    assert hardware.generator_dtype("auto", "cpu", bf16) == "bfloat16"
+    assert hardware.generator_dtype("bfloat16", "cpu", avx2) == "bfloat16"  # asked for: emulated, but asked for
+    assert hardware.generator_dtype("auto", "gpu", avx2) == "auto"  # vLLM's own choice on a GPU
+    assert hardware.choose_precision("auto", "cpu", avx2) == "fp32"
+    assert hardware.choose_precision("auto", "cpu", bf16) == "bf16"
+    assert hardware.choose_precision("fp32", "cpu", bf16) == "fp32"
+
+
+def test_threads_never_exceed_the_cores():
+    two = hw(EPYC_AVX2)
+    assert two.cores >= 1
+    assert hardware.threads(0.2, two) == 1 and hardware.threads(0.75, two) == 1
+    assert hardware.threads(1000, two) == two.cores
+
+
+def test_this_machine_reads():
+    here = hardware.detect()
+    assert here.cores >= 1 and here.memory_gib > 0 and here.level in hardware.LEVELS
+    assert here.summary().startswith(here.cpu)
