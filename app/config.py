@@ -342,8 +342,9 @@ class ApiConfig(_Config):
         "every answer already admitted within this many seconds, at the speed it has been measured to generate "
         "here; the rest get 503 + Retry-After at once, so a burst past capacity is answered in part instead of "
         "timing out whole (app/rag/admission.py). None: half of request_timeout_s.")
-    generation_warmup: int = Field(default=4, ge=1, description="Answers admitted at once before the generator's "
-                                   "speed has been measured (no answer finished yet since the replica started).")
+    generation_floor: int = Field(default=4, ge=1, description="Answers admitted at once whatever the generator's "
+                                  "measured speed (and before it is measured): its speed is measured at the load "
+                                  "it has, and batching sequences raises it, so admission needs room to find out.")
     max_generating: int = Field(default=256, ge=1, description="Most answers admitted at once per Ingress replica, "
                                 "whatever the measured speed.")
     retry_after_s: int = Field(default=1, ge=0, description="Retry-After (seconds) sent with 503 on overload and "

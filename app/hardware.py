@@ -151,6 +151,22 @@ def detect() -> Hardware:
     return read(forced=forced_level(envs.RAGLINE_CPU_ISA))
 
 
+def hold_torch_probes(hw: Hardware | None = None) -> None:
+    """Where RAGLINE_CPU_ISA holds detection below this CPU's level, make PyTorch's CPU probes say the same in this
+    process: vLLM's CPU backend asks them which kernel library to load (`vllm._C_AVX2`, `_C_AVX512` or `_C`) and
+    which attention and linear kernels to run. With ONEDNN_MAX_CPU_ISA and ATEN_CPU_CAPABILITY in every process's
+    environment, an AVX2 machine's code paths then run here (at this CPU's clock and caches, not an AVX2 one's)."""
+    hw = hw or detect()
+    if hw.forced is None:
+        return
+    import torch
+
+    held = [*(["_is_avx512_supported"] if hw.level in ("baseline", "avx2") else []),
+            *([] if hw.cpu_bf16 else ["_is_avx512_bf16_supported", "_is_amx_tile_supported"])]
+    for probe in held:
+        setattr(torch.cpu, probe, lambda: False)
+
+
 def threads(num_cpus: float, hw: Hardware | None = None) -> int:
     """Threads for a worker that reserves `num_cpus` of Ray's CPUs: the whole CPUs it reserves (at least one), never
     more than the cores, so actors × threads stays within the cores the reservations add up to."""

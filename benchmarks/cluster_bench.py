@@ -29,6 +29,7 @@ BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 
 from app.demo_corpus import write_demo_corpus  # noqa: E402
+from benchmarks import readme_tables  # noqa: E402
 
 
 def free_port() -> int:
@@ -98,7 +99,7 @@ def main() -> None:
           f"submit {med['submit']:.1f} s, ratio submit/direct {result['submit_over_direct']:.2f}×")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "cluster.json").write_text(json.dumps(result, indent=2))
+    (out / "cluster.json").write_text(json.dumps(readme_tables.with_hardware(result), indent=2))
 
 
 if __name__ == "__main__":

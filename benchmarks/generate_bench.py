@@ -19,7 +19,6 @@ import asyncio
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
 from app.rag.prompt import Message, rag_prompt  # noqa: E402
 from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
+from benchmarks import readme_tables  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, deploy  # noqa: E402
 
 CLIENTS = (1, 8, 32)
@@ -225,12 +225,13 @@ def main() -> None:
     print("\nvLLM / transformers, tokens/s:")
     for k, ratio in results["ratios"].items():
         print(f"  {k:28s} {ratio:6.1f}x")
-    out = Path(args.out) / f"generate-{results['date']}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwritten to {out}")
-    if out.parent == ROOT / "benchmarks" / "results":
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "readme_tables.py")], check=True)
+    if Path(args.out).resolve() == readme_tables.RESULTS:
+        readme_tables.publish("generate", results)
+    else:
+        out = Path(args.out) / f"generate-{results['date']}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(readme_tables.with_hardware(results), indent=2) + "\n")
+        print(f"\nwritten to {out}")
 
 
 if __name__ == "__main__":

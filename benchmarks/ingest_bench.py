@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import readme_tables  # noqa: E402
+
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 
 
@@ -222,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N documents only (default: all)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="alternating baseline/pipeline runs (median reported)")
-    ap.add_argument("--out", type=Path,
-                    default=ROOT / "benchmarks" / "results" / f"ingest-{datetime.date.today().isoformat()}.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="results file (default: benchmarks/results/ingest-<date>-<cpu level>.json, and the README "
+                    "table is rewritten)")
     ap.add_argument("--config", type=Path, default=None,
                     help="Ragline config YAML (default: built-in defaults)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -307,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         for mode, m in ev["modes"].items():
             print(f"{mode:8} {m['ndcg@10']:>8.4f} {m['recall@100']:>8.4f}")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    if args.out is None:
+        readme_tables.publish("ingest", result)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(readme_tables.with_hardware(result), indent=2) + "\n")
+        print(f"\nwrote {args.out}")
     return 0
 
 

@@ -32,6 +32,34 @@ def latest(name: str, results: Path = RESULTS) -> Path:
     return files[-1]
 
 
+def cpu_level(r: dict[str, Any]) -> str:
+    """The CPU level a result was measured at; results from before CPUs were recorded all came from AVX512-BF16
+    machines."""
+    return str(r.get("hardware", {}).get("level", "avx512_bf16"))
+
+
+def latest_per_cpu(name: str, results: Path = RESULTS) -> list[Path]:
+    """The newest results file of each CPU level, fastest level first: a rerun on another CPU adds a table, it does
+    not replace the other CPU's."""
+    latest(name, results)  # the error when there is none
+    newest: dict[str, Path] = {}
+    for path in sorted(results.glob(f"{name}-*.json")):
+        newest[cpu_level(json.loads(path.read_text()))] = path
+    return [newest[level] for level in sorted(newest, key=LEVEL_ORDER.index, reverse=True)]
+
+
+LEVEL_ORDER = ["baseline", "avx2", "avx512", "avx512_bf16"]  # app.hardware.LEVELS
+
+
+def machine(r: dict[str, Any]) -> str:
+    """The line above a table that says what it ran on."""
+    hw = r.get("hardware")
+    if hw is None:
+        return "On an AMD EPYC with AVX512-BF16 (measured before results files named their CPU):"
+    forced = f", held to {hw['forced']} (`RAGLINE_CPU_ISA`, see Measuring another CPU)" if hw.get("forced") else ""
+    return f"On {hw['cpu']} ({hw['level']}{forced}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
+
+
 def quality_table(r: dict[str, Any], source: str) -> str:
     m = r["median"]
     runs = len(r["runs"])
@@ -309,8 +337,11 @@ SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:
     for name in names:
         table = TABLES[name]
-        path = latest(name, results)
-        body = table(json.loads(path.read_text()), f"`benchmarks/results/{path.name}`")
+        parts = []
+        for path in latest_per_cpu(name, results):
+            r = json.loads(path.read_text())
+            parts.append(f"{machine(r)}\n\n{table(r, f'`benchmarks/results/{path.name}`')}")
+        body = "\n\n".join(parts)
         pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
         if not pattern.search(readme):
             raise ValueError(f"README.md has no <!-- table:{name} --> … <!-- /table:{name} --> block")
@@ -318,10 +349,19 @@ def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(
     return readme
 
 
+def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
+    """`result` with the machine it was measured on (CPU model, level, flags, cores, memory, GPUs): machines here
+    differ, and a number means little without them."""
+    from app import hardware
+
+    return {**result, "hardware": hardware.detect().record()}
+
+
 def publish(name: str, result: dict[str, Any]) -> Path:
     """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>.json and rewrites
     the README's NAME table from it; returns the file."""
-    path = RESULTS / f"{name}-{result['date']}.json"
+    result = with_hardware(result)
+    path = RESULTS / f"{name}-{result['date']}-{result['hardware']['level']}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     README.write_text(render(README.read_text(), names=(name,)))
     print(f"written to {path}; README table {name} rewritten")

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import readme_tables  # noqa: E402
+
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 NOISE = 0.018  # per-dimension σ: the noise vector's norm ≈ 0.018·√384 ≈ 0.35, a copy's cosine to its source ≈ 0.94
 
@@ -155,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.date.today().isoformat()
     result = {"date": date, "command": "python benchmarks/scale_bench.py " + " ".join(argv or sys.argv[1:]),
               "queries": args.queries, "noise_sigma": NOISE, "sizes": sizes}
-    out = ROOT / "benchmarks" / "results" / f"scale-{date}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    readme_tables.publish("scale", result)
     return 0
 
 

@@ -8,9 +8,10 @@ requests, which says nothing about how long they take on this machine.
 So the Ingress measures what the generator delivers (completion tokens per second while it has work: its throughput
 at the load it has) and admits a generation only if the tokens expected of everything admitted, this one included,
 can be generated within `budget_s` at that rate. Expected tokens are each request's token limit scaled by the share
-of their limit that recent answers used (stop strings end most answers early). Little's law, in tokens. Before the
-first answer there is no rate: `warmup` generations are admitted. One generation is always admitted when none runs,
-so a lone request is never refused.
+of their limit that recent answers used (stop strings end most answers early). Little's law, in tokens. `floor`
+generations are admitted whatever the prediction (and before any rate is measured): the rate is measured at the
+concurrency admitted, and continuous batching generates more tokens/s with more sequences, so admitting by the rate
+of one sequence alone would keep admitting one (seen: one of 48 answered where four fit the same budget).
 
 A refused request gets 503 + Retry-After within microseconds, before any stage runs, streamed or not.
 """
@@ -52,7 +53,7 @@ class Ticket:
 @dataclass
 class Admission:
     budget_s: float  # predicted time for admitted work above which a new generation is refused (seconds)
-    warmup: int  # generations admitted at once before any rate is measured
+    floor: int  # generations always admitted at once, whatever the measured rate
     max_running: int  # hard bound on admitted generations, whatever the rate
     lifetime_s: float  # longest a generation can run (the request deadline): a ticket older than this has lapsed
     clock: Callable[[], float] = time.monotonic
@@ -90,15 +91,15 @@ class Admission:
         """A ticket for a generation of at most `max_tokens`, or Overloaded (503) when it would not finish in time."""
         assert max_tokens >= 1
         rate = self.rate()
-        if self.running:
-            if len(self.running) >= self.max_running:
-                raise Overloaded(f"{len(self.running)} answers are being generated, the most this replica admits; "
-                                 "retry later")
-            if rate is None and len(self.running) >= self.warmup:
+        if len(self.running) >= self.max_running:
+            raise Overloaded(f"{len(self.running)} answers are being generated, the most this replica admits; "
+                             "retry later")
+        if len(self.running) >= self.floor:
+            if rate is None:
                 raise Overloaded(f"the generator's speed is not measured yet and {len(self.running)} answers are "
                                  "being generated; retry later")
             work = sum(self.expected(t.max_tokens) for t in self.running) + self.expected(max_tokens)
-            if rate is not None and work / rate > self.budget_s:
+            if work / rate > self.budget_s:
                 raise Overloaded(f"the generator would need {work / rate:.0f} s for the answers admitted with this "
                                  f"one ({rate:.1f} tokens/s), over its {self.budget_s:.0f} s; retry later")
         ticket = Ticket(self, max_tokens, self.clock() + self.lifetime_s)

@@ -40,7 +40,7 @@ def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
     admission = Admission(budget_s=api.generation_budget_s or api.request_timeout_s / 2,
-                          warmup=api.generation_warmup, max_running=api.max_generating,
+                          floor=api.generation_floor, max_running=api.max_generating,
                           lifetime_s=api.request_timeout_s + 5)
     edge = Edge(flow, api, generator, embedder, max_new_tokens, admission)
     for module in (health, retrieval, query, chat):

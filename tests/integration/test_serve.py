@@ -27,19 +27,18 @@ from tests.helpers import PLANTED, ROOT, free_port, train_sft, write_corpus
 
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
-# small CPU shares so an ingest still fits beside the graph on 2 cores; the generator queue is short so the
-# overload test can fill it
+# small CPU shares so an ingest still fits beside the graph on 2 cores
 DEPLOYMENT_OPTIONS = {
     "Ingress": {"ray_actor_options": {"num_cpus": 0.05}},
     "Retriever": {"ray_actor_options": {"num_cpus": 0.1}},
     "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
-    "Generator": {"ray_actor_options": {"num_cpus": 0.05}, "max_ongoing_requests": 2, "max_queued_requests": 2},
+    "Generator": {"ray_actor_options": {"num_cpus": 0.05}},
 }
 # a 1 GiB KV cache is plenty for these answers; two LLM replicas (a model swap) fit beside the graph. Requests
 # ask for short answers (max_tokens); the budget is long, and no stop string ends it, so the abort test can start
-# a long one.
+# a long one. Admission's budget is 20 s instead of half the 120 s deadline, so the burst test takes ~20 s.
 OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
-             "serve.poll_interval_s=0.5"]
+             "serve.poll_interval_s=0.5", "serve.api.generation_budget_s=20"]
 
 
 @pytest.fixture(scope="module")
@@ -212,22 +211,43 @@ def test_the_live_openapi_schema_survives_fuzzing(served):
     assert health and max(health) < 2.0 and sorted(health)[len(health) // 2] < 0.2, health
 
 
-def test_overload_gives_503_with_retry_after(served):
-    """Generator: 2 running + 2 queued; 12 concurrent requests overflow it."""
-    def ask(i: int) -> httpx.Response:
-        return httpx.post(f"{served['url']}/v1/query", json={"question": f"{QUESTION} ({i})", "max_tokens": 16},
-                          headers=auth(served), timeout=300)
+def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served):
+    """48 concurrent requests of 200 tokens each (half streamed), far more than two cores generate within the
+    admission budget: those admitted are answered in full, the rest are refused at once with 503 + Retry-After
+    (streams too: a 503 status, not an error event), none times out; a lone request afterwards is answered."""
+    async def ask(client: httpx.AsyncClient, i: int) -> tuple[int, float, str, str | None]:
+        body = {"question": f"{QUESTION} ({i})", "max_tokens": 200, "stream": i % 2 == 1}
+        t0 = time.perf_counter()
+        r = await client.post("/v1/query", json=body)
+        return r.status_code, time.perf_counter() - t0, r.text, r.headers.get("retry-after")
 
-    results: list[httpx.Response] = []
-    threads = [threading.Thread(target=lambda i=i: results.append(ask(i))) for i in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    codes = sorted(r.status_code for r in results)
-    assert set(codes) == {200, 503} and codes.count(200) >= 4, codes
-    refused = next(r for r in results if r.status_code == 503)
-    assert refused.headers["retry-after"] == "1" and refused.json()["error"]["type"] == "overloaded"
+    async def burst() -> list[tuple[int, float, str, str | None]]:
+        async with httpx.AsyncClient(base_url=served["url"], headers=auth(served), timeout=300,
+                                     limits=httpx.Limits(max_connections=64)) as client:
+            return await asyncio.gather(*(ask(client, i) for i in range(48)))
+
+    t0 = time.perf_counter()
+    results = asyncio.run(burst())
+    took = time.perf_counter() - t0
+    codes = [code for code, *_ in results]
+    assert set(codes) == {200, 503} and codes.count(200) >= 4, codes  # at least admission's floor is answered
+    refused = sorted(s for code, s, _, _ in results if code == 503)
+    assert all(json.loads(text)["error"]["type"] == "overloaded" and retry == "1"
+               for code, _, text, retry in results if code == 503)
+    assert refused[len(refused) // 2] < 0.5 and refused[-1] < 2.0, refused  # at once, not after a wait
+    for text in [text for code, _, text, _ in results if code == 200]:  # answered in full
+        if text.startswith("event:"):  # a stream
+            assert "event: done" in text and "event: error" not in text, text[-300:]
+        else:
+            assert json.loads(text)["usage"]["completion_tokens"] > 0, text
+    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
+    assert ready["admission"]["running"] == 0 and ready["admission"]["tokens_per_s"] > 0, ready["admission"]
+    t1 = time.perf_counter()
+    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 16}, headers=auth(served),
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    print(f"burst: {codes.count(200)} answered, {codes.count(503)} refused (slowest refusal {refused[-1]:.2f} s) in "
+          f"{took:.1f} s; then one in {time.perf_counter() - t1:.1f} s")
 
 
 def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served):
@@ -451,7 +471,7 @@ def test_answer_eval_asks_the_endpoint_and_stores_a_scored_run(served, tmp_path)
 
     storage, endpoint = served["storage"], Endpoint(served["url"], served["key"])
     report = evaluate_answers(_question_set(tmp_path / "qs.jsonl"), "all", endpoint, storage, idk="I don't know.",
-                              max_tokens=16, concurrency=2)  # the Generator here takes 2 at a time
+                              max_tokens=16, concurrency=2)
     assert report.questions == 3 and report.errors == 0 and report.gold_in_context == 1.0
     served_index = Catalog(storage).latest("indexes").version  # the index swap test may have published a newer one
     assert report.generator == "SmolLM2-135M-Instruct" and report.index_version == served_index

@@ -15,11 +15,11 @@ class Clock:
 
 
 def admission(clock: Clock, **kw) -> Admission:
-    return Admission(**{"budget_s": 60.0, "warmup": 4, "max_running": 64, "lifetime_s": 125.0, "clock": clock,
+    return Admission(**{"budget_s": 60.0, "floor": 4, "max_running": 64, "lifetime_s": 125.0, "clock": clock,
                         **kw})
 
 
-def test_before_any_answer_only_the_warmup_is_admitted_and_a_lone_request_always_is():
+def test_before_any_answer_only_the_floor_is_admitted_and_a_lone_request_always_is():
     clock = Clock()
     a = admission(clock)
     tickets = [a.admit(64) for _ in range(4)]
@@ -29,8 +29,14 @@ def test_before_any_answer_only_the_warmup_is_admitted_and_a_lone_request_always
     for t in tickets:
         t.release()  # failed answers measure nothing
     assert a.rate() is None and a.state()["running"] == 0
-    lone = admission(clock, budget_s=0.001)
-    lone.admit(8000)  # nothing runs: admitted whatever the prediction
+    slow = admission(clock, budget_s=1.0)
+    t = slow.admit(100)
+    clock.now += 100
+    t.finish(100)  # 1 token/s
+    tickets = [slow.admit(8000) for _ in range(4)]  # the floor: admitted whatever the prediction
+    with pytest.raises(Overloaded, match="would need"):
+        slow.admit(1)
+    assert len(tickets) == 4
 
 
 def test_the_measured_rate_bounds_the_work_admitted_to_the_budget():
@@ -80,7 +86,7 @@ def test_the_rate_forgets_what_is_older_than_its_window_and_idle_time_does_not_c
 
 def test_a_ticket_never_given_back_lapses_after_the_request_lifetime():
     clock = Clock()
-    a = admission(clock, warmup=1)
+    a = admission(clock, floor=1)
     a.admit(64)  # a stream whose client left before it started: nobody closes it
     with pytest.raises(Overloaded):
         a.admit(64)

@@ -403,10 +403,10 @@ def test_status_shows_runs_versions_and_evaluations_from_storage(client, storage
 
 
 def test_generations_past_what_can_finish_in_time_are_refused_at_once_streamed_or_not(stages, storage):
-    """One answer is generating and nothing is measured yet (warmup 1): the next answers get 503 + Retry-After at
+    """One answer is generating and nothing is measured yet (floor 1): the next answers get 503 + Retry-After at
     once, streamed or not, while retrieval still works; once the first has finished, answers are admitted again."""
     cfg = ServeConfig()
-    cfg.api.generation_warmup, cfg.api.request_timeout_s = 1, 10
+    cfg.api.generation_floor, cfg.api.request_timeout_s = 1, 10
     stages.slow = 0.2  # five words: a second of generating
     with TestClient(serve_api(stages, cfg, [KEY], storage)) as client:
         first: list = []

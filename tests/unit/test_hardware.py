@@ -53,3 +53,16 @@ def test_this_machine_reads():
     here = hardware.detect()
     assert here.cores >= 1 and here.memory_gib > 0 and here.level in hardware.LEVELS
     assert here.summary().startswith(here.cpu)
+
+
+def test_a_forced_level_holds_the_probes_vllm_picks_its_kernels_by(monkeypatch):
+    import torch
+
+    for probe in ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, getattr(torch.cpu, probe))  # put back after the test
+    before = torch.cpu._is_avx512_supported()
+    hardware.hold_torch_probes(hw(EPYC_BF16))  # nothing forced: untouched
+    assert torch.cpu._is_avx512_supported() == before
+    hardware.hold_torch_probes(hw(EPYC_BF16, "avx2"))
+    assert not torch.cpu._is_avx512_supported() and not torch.cpu._is_avx512_bf16_supported()
+    assert not torch.cpu._is_amx_tile_supported()

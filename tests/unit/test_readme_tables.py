@@ -43,3 +43,15 @@ def test_a_missing_block_or_results_file_is_a_clear_error(tmp_path):
 def test_the_readme_matches_the_committed_results():
     readme = (ROOT / "README.md").read_text()
     assert readme_tables.render(readme) == readme, "run benchmarks/readme_tables.py"
+
+
+def test_a_rerun_on_another_cpu_adds_its_table_and_each_names_its_cpu(tmp_path):
+    avx2 = {"cpu": "AMD EPYC 7B13", "level": "avx2", "flags": ["avx2", "fma"], "cores": 2, "memory_gib": 23.4,
+            "cuda": [], "forced": None}
+    (tmp_path / "quality-2026-11-23.json").write_text(json.dumps(result("2026-11-23", 0.725)))  # before CPUs
+    (tmp_path / "quality-2026-11-25-avx2.json").write_text(json.dumps({**result("2026-11-25", 0.7), "hardware": avx2}))
+    (tmp_path / "quality-2026-11-27-avx2.json").write_text(json.dumps({**result("2026-11-27", 0.71),
+                                                                      "hardware": avx2}))
+    out = readme_tables.render(BLOCK, tmp_path, ("quality",))
+    first, second = out.index("On an AMD EPYC with AVX512-BF16"), out.index("On AMD EPYC 7B13 (avx2), 2 cores, 23 GiB")
+    assert first < second and "0.725" in out and "| 0.710 |" in out and "2026-11-25" not in out
