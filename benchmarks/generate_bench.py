@@ -94,22 +94,30 @@ class Query:
     def __init__(self, url: str, key: str):
         self.client = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=3600,
                                         limits=httpx.Limits(max_connections=64))
+        self.refused = 0  # 503s (admission), each asked again: TTFT and tokens/s include the wait
 
     async def __call__(self, i: int) -> tuple[float, int]:
         t0, ttft, n = time.perf_counter(), None, 0
         body = {"question": QUESTIONS[i % len(QUESTIONS)], "stream": True}
-        async with self.client.stream("POST", "/v1/query", json=body) as r:
-            assert r.status_code == 200, await r.aread()
-            event = None
-            async for line in r.aiter_lines():
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: ") and event == "token" and ttft is None:
-                    ttft = time.perf_counter() - t0
-                elif line.startswith("data: ") and event == "done":
-                    n = json.loads(line[6:])["usage"]["completion_tokens"]
-                elif line.startswith("data: ") and event == "error":
-                    raise RuntimeError(line)
+        while True:
+            async with self.client.stream("POST", "/v1/query", json=body) as r:
+                if r.status_code == 503:  # past what admission lets generate in time: again after Retry-After
+                    self.refused += 1
+                    await r.aread()
+                    await asyncio.sleep(float(r.headers["retry-after"]))
+                    continue
+                assert r.status_code == 200, await r.aread()
+                event = None
+                async for line in r.aiter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: ") and event == "token" and ttft is None:
+                        ttft = time.perf_counter() - t0
+                    elif line.startswith("data: ") and event == "done":
+                        n = json.loads(line[6:])["usage"]["completion_tokens"]
+                    elif line.startswith("data: ") and event == "error":
+                        raise RuntimeError(line)
+                break
         return (ttft if ttft is not None else time.perf_counter() - t0), n
 
 
@@ -206,7 +214,9 @@ def main() -> None:
                          "serve.generator.stop=[]"],
                args.port, {"max_ongoing_requests": 4, "ray_actor_options": {"num_cpus": 0.5}}
                if engine == "transformers" else None)
-        r: dict[str, Any] = {"query": asyncio.run(measure(Query(url, key), args.repeats, "/v1/query (stream)"))}
+        query = Query(url, key)
+        r: dict[str, Any] = {"query": asyncio.run(measure(query, args.repeats, "/v1/query (stream)"))}
+        r["query_refused"] = query.refused
         from transformers import AutoTokenizer
 
         prompts = rag_prompts(url, key, gen, AutoTokenizer.from_pretrained(path))

@@ -114,12 +114,19 @@ class AskEndpoint:
         self.pool = ThreadPoolExecutor(in_flight)
 
     def ask(self, question: str) -> Answer:
+        """One question's answer. A 503 with Retry-After (the graph is at capacity) is asked again after that wait,
+        as any client should, until the endpoint's timeout; the latency includes the waits."""
         t0 = time.perf_counter()
-        try:
-            r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
-                                 json={"question": question, **self.params})
-        except httpx.TransportError as e:  # a timeout or a dropped connection fails this question, not the run
-            return self.failed(time.perf_counter() - t0, f"{type(e).__name__}: {e}")
+        while True:
+            try:
+                r = self.client.post(f"{self.endpoint.url.rstrip('/')}/v1/query",
+                                     json={"question": question, **self.params})
+            except httpx.TransportError as e:  # a timeout or a dropped connection fails this question, not the run
+                return self.failed(time.perf_counter() - t0, f"{type(e).__name__}: {e}")
+            wait = float(r.headers.get("retry-after", "nan"))
+            if r.status_code != 503 or not wait >= 0 or time.perf_counter() - t0 + wait > self.endpoint.timeout_s:
+                break
+            time.sleep(wait)
         latency = time.perf_counter() - t0
         if r.status_code != 200:
             return self.failed(latency, f"HTTP {r.status_code}: {r.text[:300]}")
