@@ -56,8 +56,11 @@ def machine(r: dict[str, Any]) -> str:
     hw = r.get("hardware")
     if hw is None:
         return "On an AMD EPYC with AVX512-BF16 (measured before results files named their CPU):"
-    forced = f", held to {hw['forced']} (`RAGLINE_CPU_ISA`, see Measuring another CPU)" if hw.get("forced") else ""
-    return f"On {hw['cpu']} ({hw['level']}{forced}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
+    if hw.get("forced"):
+        return (f"On {hw['cpu']} held to {hw['forced']} (`RAGLINE_CPU_ISA`: an {hw['forced']} machine's choices and "
+                f"kernels on a faster CPU, see Measuring another CPU), {hw['cores']} cores, "
+                f"{hw['memory_gib']:.0f} GiB:")
+    return f"On {hw['cpu']} ({hw['level']}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
 
 
 def quality_table(r: dict[str, Any], source: str) -> str:
