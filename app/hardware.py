@@ -154,8 +154,10 @@ def detect() -> Hardware:
 def hold_torch_probes(hw: Hardware | None = None) -> None:
     """Where RAGLINE_CPU_ISA holds detection below this CPU's level, make PyTorch's CPU probes say the same in this
     process: vLLM's CPU backend asks them which kernel library to load (`vllm._C_AVX2`, `_C_AVX512` or `_C`) and
-    which attention and linear kernels to run. With ONEDNN_MAX_CPU_ISA and ATEN_CPU_CAPABILITY in every process's
-    environment, an AVX2 machine's code paths then run here (at this CPU's clock and caches, not an AVX2 one's)."""
+    which attention and linear kernels to run. Registered as a vLLM general plugin (pyproject.toml), so vLLM runs it
+    in each process it starts, its spawned engine core too (seen: `_C_AVX2` loaded there). With ONEDNN_MAX_CPU_ISA
+    and ATEN_CPU_CAPABILITY in every process's environment, an AVX2 machine's code paths then run here (at this CPU's
+    clock and caches, not an AVX2 one's)."""
     hw = hw or detect()
     if hw.forced is None:
         return

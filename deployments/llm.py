@@ -130,7 +130,6 @@ class RaglineLLMServer(LLMServer):
                              "(`ragline models promote NAME VERSION`)")
         source, self.label = found
         # The dtype is chosen here, on the engine's own node: bf16 only where this CPU computes it natively.
-        hardware.hold_torch_probes()  # before vLLM picks its kernels, where RAGLINE_CPU_ISA holds the level
         self.dtype = hardware.generator_dtype(gen.dtype, gen.device)
         log.info("vLLM %s on %s (serve.generator.dtype %s)", self.dtype, hardware.detect().summary(), gen.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.

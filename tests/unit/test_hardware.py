@@ -66,3 +66,11 @@ def test_a_forced_level_holds_the_probes_vllm_picks_its_kernels_by(monkeypatch):
     hardware.hold_torch_probes(hw(EPYC_BF16, "avx2"))
     assert not torch.cpu._is_avx512_supported() and not torch.cpu._is_avx512_bf16_supported()
     assert not torch.cpu._is_amx_tile_supported()
+
+
+def test_vllm_runs_the_probe_hold_in_its_own_processes():
+    """vLLM's engine core is a spawned process: only a registered general plugin reaches it."""
+    from importlib.metadata import entry_points
+
+    (plugin,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "ragline_cpu_level"]
+    assert plugin.load() is hardware.hold_torch_probes
