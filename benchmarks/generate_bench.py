@@ -42,6 +42,7 @@ from app.indexing import run_ingest  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from app.rag.engines import Sampling, TransformersEngine  # noqa: E402
 from app.rag.prompt import Message, rag_prompt  # noqa: E402
+from app.rag.protocol import Delta, Finished, Passage  # noqa: E402
 from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
 from benchmarks import readme_tables  # noqa: E402
@@ -130,8 +131,9 @@ def rag_prompts(url: str, key: str, gen: GeneratorConfig, tokenizer: Any) -> lis
     count = generator_model.ChatTemplateTokens(tokenizer).count_tokens
     out = []
     for q in QUESTIONS:
-        hits = httpx.post(f"{url}/v1/retrieve", json={"query": q, "top_k": gen.passages},
-                          headers={"Authorization": f"Bearer {key}"}, timeout=60).json()["hits"]
+        found = httpx.post(f"{url}/v1/retrieve", json={"query": q, "top_k": gen.passages},
+                           headers={"Authorization": f"Bearer {key}"}, timeout=60).json()
+        hits = [Passage(**h) for h in found["hits"]]
         out.append(rag_prompt(q, hits, gen, count).messages)
     return out
 
@@ -171,9 +173,10 @@ class RawTransformers:
     async def __call__(self, i: int) -> tuple[float, int]:
         t0, ttft, n = time.perf_counter(), None, 0
         async for piece in self.engine.stream(self.prompts[i % len(self.prompts)], self.sampling):
-            if ttft is None and piece.get("text"):
+            if ttft is None and isinstance(piece, Delta) and piece.text:
                 ttft = time.perf_counter() - t0
-            n = piece.get("completion_tokens", n)
+            if isinstance(piece, Finished):
+                n = piece.completion_tokens
         return (ttft if ttft is not None else time.perf_counter() - t0), n
 
 
