@@ -9,7 +9,7 @@ import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from app import envs
+from app import envs, hardware
 from app.cli.context import Context, connect
 from app.cli.render import err, out, print_cluster, print_json
 from app.errors import UserError
@@ -127,7 +127,6 @@ class Computes(BaseModel):
 
 
 def computes(c: Context) -> Computes:
-    from app import hardware
     from app.models import embedder
 
     hw, ec = hardware.detect(), c.cfg.ingest.embed
@@ -182,8 +181,6 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
         return
     print_cluster(cluster)
     out.print(f"storage: {c.storage.uri}")
-    from app import hardware
-
     out.print(f"this machine: {hardware.detect().summary()}; auto chooses: embedder {chosen.embedder}, reranker "
               f"{chosen.reranker}, generator {chosen.generator}")
     t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
