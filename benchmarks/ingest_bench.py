@@ -312,12 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode, m in ev["modes"].items():
             print(f"{mode:8} {m['ndcg@10']:>8.4f} {m['recall@100']:>8.4f}")
 
-    if args.out is None:
-        readme_tables.publish("ingest", result)
-    else:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(readme_tables.with_hardware(result), indent=2) + "\n")
-        print(f"\nwrote {args.out}")
+    readme_tables.save("ingest", result, args.out)
     return 0
 
 

@@ -109,12 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         m = results["median"]
         print(f"{mode:8s} nDCG@10 {m[mode]['ndcg@10']:.4f} → fused {m[mode + '+rerank']['ndcg@10']:.4f} "
               f"(cross-encoder alone {m[mode + '+ce']['ndcg@10']:.4f}); recall@100 {m[mode]['recall@100']:.4f}")
-    if args.out is None:
-        readme_tables.publish("quality", results)
-    else:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(readme_tables.with_hardware(results), indent=2) + "\n")
-        print(f"wrote {args.out}")
+    readme_tables.save("quality", results, args.out)
     return 0
 
 

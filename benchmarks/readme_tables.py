@@ -371,6 +371,16 @@ def publish(name: str, result: dict[str, Any]) -> Path:
     return path
 
 
+def save(name: str, result: dict[str, Any], out: Path | None) -> Path:
+    """`publish` (the default), or, for a results file a benchmark was told to write elsewhere, that file alone."""
+    if out is None:
+        return publish(name, result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(with_hardware(result), indent=2) + "\n")
+    print(f"wrote {out}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 where the README is stale")
