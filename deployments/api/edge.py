@@ -68,11 +68,11 @@ class Edge:
         finally:
             ticket.release()  # a no-op once the answer finished it
 
-    def streaming(self, events: AsyncIterator[bytes], ticket: Ticket | None = None) -> StreamingResponse:
+    def streaming(self, events: AsyncIterator[bytes], ticket: Ticket) -> StreamingResponse:
         return StreamingResponse(self._within_deadline(events, ticket), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def _within_deadline(self, events: AsyncIterator[bytes], ticket: Ticket | None) -> AsyncIterator[bytes]:
+    async def _within_deadline(self, events: AsyncIterator[bytes], ticket: Ticket) -> AsyncIterator[bytes]:
         """Errors after the response started cannot change its status: they become an `error` event."""
         try:
             async with asyncio.timeout(self.api.request_timeout_s):
@@ -84,8 +84,7 @@ class Edge:
                 raise err from e
             yield sse("error", body(err))
         finally:
-            if ticket is not None:
-                ticket.release()
+            ticket.release()  # a no-op once the answer finished it
 
 
 def sse(event: str | None, data: object) -> bytes:
