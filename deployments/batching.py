@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from app.errors import Unavailable
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -46,15 +48,24 @@ class Batcher(Generic[In, Out]):
         self.queue: asyncio.Queue[_Waiting[In, Out]] | None = None  # made on the first call, in the caller's loop
         self.tasks: set[asyncio.Task[None]] = set()  # the batch loop and the batches running (held: a task nobody
         # holds can be collected)
+        self.loop: asyncio.Task[None] | None = None
 
     async def __call__(self, item: In) -> Out:
         if self.queue is None:
             self.queue = asyncio.Queue()
             # a fresh context: the loop must not carry the first caller's request id (Serve's logs) into others
-            self.tasks.add(asyncio.create_task(self._run(self.queue), context=contextvars.Context()))
+            self.loop = asyncio.create_task(self._run(self.queue), context=contextvars.Context())
+            self.tasks.add(self.loop)
         waiting = _Waiting(item, asyncio.get_running_loop().create_future())
         self.queue.put_nowait(waiting)
         return await waiting.future  # cancelling the caller cancels the future: its batch skips it
+
+    def check(self) -> None:
+        """Raises if the batch loop has ended (it never returns: it failed), since every later caller would wait
+        forever: part of a deployment's `check_health`, so Serve replaces such a replica."""
+        if self.loop is not None and self.loop.done():
+            raise Unavailable(f"the batch loop of {getattr(self.fn, '__name__', self.fn)} has stopped: "
+                              f"{self.loop.exception() if not self.loop.cancelled() else 'cancelled'}")
 
     async def _next_batch(self, queue: asyncio.Queue[_Waiting[In, Out]]) -> list[_Waiting[In, Out]]:
         batch = [await queue.get()]

@@ -89,6 +89,14 @@ class Generator:
                 self.tokens.inc(piece.completion_tokens, tags={"model": engine.model})
             yield piece
 
+    def check_health(self) -> None:
+        """Serve's probe: the promotion watcher runs. The engine is checked where it lives: vLLM's in the LLM
+        application, whose replicas Ray Serve LLM probes (`LLMServer.check_health` asks the engine; a dead one has
+        its replica replaced: tests/integration/test_serve.py kills one); transformers' is this replica's own
+        process; an OpenAI server is someone else's to restart."""
+        if hasattr(self, "watcher"):
+            self.watcher.check()
+
     async def ready(self) -> GeneratorReady:
         out: GeneratorReady = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
         if isinstance(self.engine, ServeLLMEngine):

@@ -18,6 +18,7 @@ from ray import serve
 
 from app import hardware
 from app.config import RerankerConfig
+from app.errors import Unavailable
 from app.models import cross_encoder, trained
 from app.rag.protocol import Document, Ranking, StageReady
 from app.storage import Storage
@@ -80,6 +81,15 @@ class Reranker:
         weight = self.cfg.retriever_weight if retrieved else 0.0
         order = cross_encoder.rerank_order(scores, weight, self.cfg.rrf_k)[:top_n]
         return Ranking(label, order, [scores[i] for i in order])
+
+    def check_health(self) -> None:
+        """Serve's probe: the scoring batch loop and the promotion watcher run, and a configured fixed model is
+        loaded (a `catalog:` one may have none promoted yet: the given order passes through, by design)."""
+        self._score.check()
+        if hasattr(self, "watcher"):
+            self.watcher.check()
+        elif self.cfg.model and self.current[0] is None:
+            raise Unavailable(f"reranker.model {self.cfg.model} is not loaded")
 
     def ready(self) -> RerankerReady:
         return {"ready": True, "reranker": self.current[1], "precision": self.precision,

@@ -20,7 +20,7 @@ from ray.util.metrics import Gauge
 from app import hardware
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
-from app.errors import NotFound, NotReady
+from app.errors import NotFound, NotReady, Unavailable
 from app.index.search import Index, Mode
 from app.models import embedder
 from app.rag.protocol import Embedded, Passage, Retrieved, Search, Source, StageReady
@@ -157,6 +157,18 @@ class Retriever:
         return Source(index_version=index.version, chunk_id=c["chunk_id"], doc_id=c["doc_id"], source=c["source"],
                       title=c["title"], chunk_index=c["chunk_index"], start_char=c["start_char"],
                       end_char=c["end_char"], document=document)
+
+    def check_health(self) -> None:
+        """Serve's probe, every `health_check_period_s`; raising has the replica replaced. Fails if the served index
+        has lost its encoder or its dense and chunk tables disagree, or a thread a request or a swap needs has
+        stopped (a request would wait forever, or the replica would serve one version forever)."""
+        self._embed.check()
+        self._search.check()
+        self.watcher.check()
+        index = self.index  # none published yet is not a fault: /readyz says not ready
+        if index is not None and (_key(index) not in self.encoders or index.dense.ntotal != len(index.chunks)):
+            raise Unavailable(f"index version {index.version} is served without its encoder or with tables that "
+                              "disagree")
 
     def ready(self) -> RetrieverReady:
         if self.index is None:

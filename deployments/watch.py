@@ -12,6 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from app.errors import Unavailable
+
 log = logging.getLogger("ray.serve")
 
 
@@ -21,7 +23,8 @@ class Watcher:
         when a refresh fails)."""
         self.name, self.refresh, self.interval_s, self.serving = name, refresh, interval_s, serving
         self._stopped = threading.Event()
-        threading.Thread(target=self._run, name=f"watch-{name}", daemon=True).start()
+        self.thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         while not self._stopped.wait(self.interval_s):
@@ -29,6 +32,12 @@ class Watcher:
                 self.refresh()
             except Exception:  # a damaged or half-copied version, storage briefly unreachable: retry later
                 log.exception("could not follow %s; still serving %s", self.name, self.serving())
+
+    def check(self) -> None:
+        """Raises if the thread has ended unstopped (a BaseException escaped `refresh`): the replica would serve
+        what it has forever. Part of a deployment's `check_health`."""
+        if not self.thread.is_alive() and not self._stopped.is_set():
+            raise Unavailable(f"the thread following {self.name} has stopped: still serving {self.serving()}")
 
     def stop(self) -> None:
         self._stopped.set()

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from app import envs
 from app.config import GeneratorConfig
-from app.errors import UserError
+from app.errors import RaglineError, Unavailable, UserError
 from app.models import generator as generator_model
 from app.rag.prompt import Message
 from app.rag.protocol import Delta, Finished
@@ -108,6 +108,20 @@ class TransformersEngine(generator_model.ChatTemplateTokens):
             stop.set()  # cancelled or closed early: generate() returns at its next token
 
 
+def llm_error(code: int, message: str) -> RaglineError:
+    """vLLM's error as Ragline's: a 4xx is the request's fault (the caller's); a 5xx is the engine's (its process
+    died: EngineDeadError, until Serve replaces the replica), so the caller may retry: unavailable, 503."""
+    if code < 500:
+        return UserError(f"the LLM refused the request: {message}")
+    return Unavailable(f"the LLM failed ({code}): {message}; retry shortly")
+
+
+def engine_dead(e: BaseException) -> bool:
+    """Whether `e` is vLLM's EngineDeadError, raised through the LLM replica's handle (Ray re-raises it as a class
+    deriving from it), without importing vLLM into every process that imports this module."""
+    return any(c.__name__ == "EngineDeadError" for c in type(e).__mro__)
+
+
 class ServeLLMEngine(generator_model.ChatTemplateTokens):
     """vLLM in the LLM Serve application (`deployments/llm.py`), called by DeploymentHandle: the prompt is fitted
     with the model's own tokenizer here, the engine batches every caller's sequences continuously there."""
@@ -149,12 +163,14 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
         try:
             async for batch in batches:
                 for item in batch:
-                    if not isinstance(item, str):  # vLLM's ErrorResponse: the request itself was refused
-                        raise UserError(f"the LLM refused the request: {getattr(item, 'message', item)}")
+                    if not isinstance(item, str):  # vLLM's ErrorResponse, before any token
+                        raise llm_error(item.error.code, item.error.message)
                     data = item.removeprefix("data: ").strip()
                     if data == "[DONE]":
                         continue
                     chunk = json.loads(data)
+                    if error := chunk.get("error"):  # the same, mid-stream
+                        raise llm_error(int(error.get("code") or 500), str(error.get("message")))
                     model = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
                     for choice in chunk["choices"]:
                         if text := choice["delta"].get("content"):
@@ -163,6 +179,11 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
                     if usage := chunk.get("usage"):
                         prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
             yield Finished(finish, prompt_tokens, completion_tokens, model)
+        except Exception as e:
+            if engine_dead(e):
+                raise Unavailable(f"the LLM's engine has died ({e}); Serve is replacing its replica: retry "
+                                  "shortly") from e
+            raise
         finally:
             batches.cancel()  # a caller gone: Serve cancels the LLM replica's generator, which aborts the sequence
 

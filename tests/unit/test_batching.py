@@ -123,3 +123,22 @@ def test_a_coroutine_function_runs_on_the_loop_with_at_most_max_concurrent_batch
     assert asyncio.run(main()) == [2 * i for i in range(13)]
     assert most == 2
     assert batches == [[0, 1], [2], list(range(3, 11)), [11, 12]], batches
+
+
+def test_check_fails_once_the_batch_loop_has_died() -> None:
+    """A deployment's check_health calls check(): a loop that died would leave every later caller waiting."""
+    from app.errors import Unavailable
+
+    batcher = Batcher(Model(), max_batch_size=4)
+
+    async def main() -> None:
+        batcher.check()  # no loop yet: nothing to check
+        assert await batcher(1) == 2
+        batcher.check()
+        assert batcher.loop is not None
+        batcher.loop.cancel()
+        await asyncio.sleep(0)
+        with pytest.raises(Unavailable, match="batch loop .* has stopped"):
+            batcher.check()
+
+    asyncio.run(main())

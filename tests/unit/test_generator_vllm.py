@@ -8,6 +8,7 @@ import pytest
 
 from app import serving
 from app.config import GeneratorConfig, load_config
+from app.errors import Unavailable, UserError
 from app.rag.engines import Sampling, ServeLLMEngine
 from app.rag.protocol import Delta, Finished
 from app.storage import Storage
@@ -159,10 +160,42 @@ def test_closing_the_stream_early_cancels_the_llm_call():
     assert stream.cancelled
 
 
-def test_an_error_from_the_llm_is_the_callers_mistake():
-    class ErrorResponse:
-        message = "This model's maximum context length is 2048 tokens"
+def llm_error_response(code: int, message: str):
+    from ray.serve.llm.openai_api_models import ErrorResponse
 
-    engine, _ = engine_with(FakeStream([[ErrorResponse()]]))
-    with pytest.raises(ValueError, match="maximum context length"):
+    return ErrorResponse.model_validate({"error": {"message": message, "type": "x", "code": code}})
+
+
+def test_a_4xx_from_the_llm_is_the_callers_mistake():
+    engine, _ = engine_with(FakeStream([[llm_error_response(400, "maximum context length is 2048 tokens")]]))
+    with pytest.raises(UserError, match="maximum context length"):
+        asyncio.run(collect(engine, Sampling(8, 0.0, 1.0)))
+
+
+@pytest.mark.parametrize("stream", [
+    [[llm_error_response(500, "EngineCore encountered an issue")]],  # refused before any token
+    [[chunk("a")], ['data: {"error": {"message": "EngineDeadError", "type": "InternalServerError", "code": 500}}'
+                    "\n\n"]],  # the engine died mid-answer
+], ids=["before", "mid-stream"])
+def test_a_dead_engine_is_unavailable_not_the_callers_mistake(stream):
+    """vLLM answers a request its engine cannot serve with a 5xx ErrorResponse, or with an error chunk mid-stream."""
+    engine, _ = engine_with(FakeStream(stream))
+    with pytest.raises(Unavailable, match="retry") as raised:
+        asyncio.run(collect(engine, Sampling(8, 0.0, 1.0)))
+    assert not isinstance(raised.value, UserError)
+
+
+def test_an_engine_dead_error_through_the_handle_is_unavailable():
+    """What a request gets while Serve has not yet replaced a replica whose engine died: the LLM replica's chat
+    raises vLLM's EngineDeadError, and Ray re-raises it on this side of the handle."""
+    from ray.exceptions import RayTaskError
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    class Raising(FakeStream):
+        async def _gen(self):
+            raise RayTaskError("chat", "traceback", EngineDeadError()).as_instanceof_cause()
+            yield
+
+    engine, _ = engine_with(Raising([]))
+    with pytest.raises(Unavailable, match="engine has died"):
         asyncio.run(collect(engine, Sampling(8, 0.0, 1.0)))
