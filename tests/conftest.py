@@ -4,12 +4,18 @@ measurement, never part of CI."""
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import ray
+from ray import serve
 
 from app.raycluster import NAMESPACE
+from tests.helpers import Served
 
 # Run order: the quick tier first; e2e before the tiers that start the session's Ray (integration, browser), because
 # `ray up`/`ray down` stop every Ray on this machine and so the e2e test refuses to run beside one.
@@ -34,7 +40,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     skip = set(deselected)
-    items[:] = sorted((item for item in items if item not in skip), key=lambda item: TIERS.index(tiers[item]))
+    items[:] = sorted((item for item in items if item not in skip), key=lambda item: run_order(item, tiers[item]))
+
+
+ARTIFACTS = Path(os.environ.get("RAGLINE_TEST_ARTIFACTS", TESTS.parent / "test-artifacts"))
+SLOWEST = 25
+_started = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Writes the run's wall time, outcome counts and its 25 slowest tests (setup + call + teardown, seconds) to
+    test-artifacts/durations.json: `benchmarks/ci_durations.py` files a CI run's copy under benchmarks/results, so
+    the suite's growth shows test by test."""
+    seconds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for outcome, reports in terminalreporter.stats.items():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                seconds[report.nodeid] = seconds.get(report.nodeid, 0.0) + report.duration
+                if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+                    counts[outcome] = counts.get(outcome, 0) + 1
+    slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:SLOWEST]
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "durations.json").write_text(json.dumps({
+        "pytest_wall_s": round(time.time() - _started, 1), "counts": counts,
+        "slowest": [{"test": test, "seconds": round(s, 1)} for test, s in slowest]}, indent=2) + "\n")
+
+
+def run_order(item: pytest.Item, tier: str) -> tuple[int, int]:
+    """Tier by tier, except the tests on the session's served graph (`served`): they run last, together, so the
+    graph is deployed once and holds its CPUs and memory only while they run; the browser's first, since they
+    read it as deployed, before the serve tests change it (see `served`)."""
+    if "served" in getattr(item, "fixturenames", ()):
+        return len(TIERS), 0 if tier == "browser" else 1
+    return TIERS.index(tier), 0
 
 
 # ---- what the tiers that run Ray share: one local Ray for the whole session, tiny language models ----
@@ -81,3 +120,37 @@ def tiny_lm(tmp_path_factory) -> str:
 def tiny_lm_vllm(tmp_path_factory) -> str:
     """The same with head_dim 32, the smallest vLLM's CPU attention takes: the model-swap test serves it."""
     return tiny_llama(tmp_path_factory.mktemp("tiny-lm-vllm"), 128)
+
+
+@pytest.fixture(scope="session")
+def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
+    """The Serve graph with the packaged models and vLLM on the session's Ray, deployed once for the browser and
+    serve tests (which `run_order` runs last, the browser's first), over a store with: the fixture corpus ingested
+    through the IngestService (index version 1; Operate lists the run) and one SFT version of the tiny Llama
+    (`sft` v1, unpromoted; Operate plots its run). Tests may add to it (an index version, a promoted model) and say
+    so in their docstrings; the last serve tests change what is served (a promoted generator, a killed engine)."""
+    from app import apikeys, serving
+    from app.config import load_config
+    from app.services.ingest import get_or_start as ingest_service
+    from app.storage import Storage
+    from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, free_port, train_sft, write_corpus
+
+    tmp = tmp_path_factory.mktemp("served")
+    storage = Storage(str(tmp / "store"))
+    write_corpus(tmp / "corpus")
+    cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
+    service = ingest_service(storage)  # as `ragline ingest` does
+    run_id = ray.get(service.submit.remote([str(tmp / "corpus")], cfg.model_dump()))
+    while (run := ray.get(service.status.remote(run_id)))["state"] in ("queued", "running"):
+        time.sleep(0.5)
+    assert run["state"] == "succeeded", run
+    ray.kill(service)
+    # trained before the graph takes its CPUs (a training worker asks for a whole one)
+    sft = train_sft(storage, tiny_lm_vllm, "graph-sft")
+    schema = serving.load_serve_config(None, storage, None, GRAPH_OVERRIDES,
+                                       deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
+    schema.http_options.port = free_port()
+    serving.deploy(schema, timeout_s=600)
+    yield Served(url=serving.url_of(schema), key=apikeys.load(storage)[0][0], storage=storage, cfg=cfg, tmp=tmp,
+                 sft=sft, ingest_run=run_id)
+    serve.shutdown()

@@ -4,14 +4,17 @@ ports, MLflow history. Test modules import from here, never from another tier's 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.config import AppConfig
 from app.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,11 +24,49 @@ PLANTED = ("The great zebra migration crosses the Mara river every July, when hu
            "and wildebeest leave the Serengeti for fresh grazing in the Maasai Mara.")
 
 
-def shared_dataset(name: str) -> Path:
-    path = SHARED / "datasets" / name
+# The session's served graph (tests/conftest.py `served`). Small CPU shares, so an ingest or a training job still
+# fits beside it on 2 cores. A 1 GiB KV cache is plenty for these answers, and two LLM replicas (a model swap) fit.
+# The answer budget is long and no stop string ends it (the abort test starts a long answer; callers ask for short
+# ones with max_tokens). Admission's budget is 20 s instead of half the 120 s deadline, so the burst test takes ~20 s.
+GRAPH_DEPLOYMENT_OPTIONS = {
+    "Ingress": {"ray_actor_options": {"num_cpus": 0.05}},
+    "Retriever": {"ray_actor_options": {"num_cpus": 0.1}},
+    "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
+    "Generator": {"ray_actor_options": {"num_cpus": 0.05}},
+}
+GRAPH_OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
+                   "serve.poll_interval_s=0.5", "serve.api.generation_budget_s=20"]
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    key: str  # the store's first API key
+    storage: Storage
+    cfg: AppConfig  # the config the corpus was ingested with
+    tmp: Path  # the fixture's directory: corpus/, store/
+    sft: int  # the SFT version trained before deploying (unpromoted)
+    ingest_run: str  # the IngestService run that published index version 1
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+def shared(*parts: str) -> Path:
+    """A folder of ../shared (test datasets, the KubeRay CRDs). Absent, its tests skip on a developer's machine and
+    fail in CI (`CI=true`, as CI services set it), where a skip would pass a run that never ran them."""
+    path = SHARED.joinpath(*parts)
     if not path.is_dir():
-        pytest.skip(f"{path} is absent: the shared test datasets are not checked out beside the project")
+        why = f"{path} is absent: ../shared is not checked out beside the project"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{why} (CI=true: the tests that need it must run)", pytrace=False)
+        pytest.skip(why)
     return path
+
+
+def shared_dataset(name: str) -> Path:
+    return shared("datasets", name)
 
 
 def free_port() -> int:

