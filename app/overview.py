@@ -7,7 +7,8 @@ Storage is the source of truth, so this reads records and manifests only: no act
 
 from __future__ import annotations
 
-from typing import TypedDict
+# typing_extensions': pydantic reads these views as /v1/status's response schema (typing's needs 3.12)
+from typing_extensions import TypedDict
 
 from app import tracking
 from app.catalog import Catalog, Kind

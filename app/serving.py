@@ -258,14 +258,14 @@ def _client() -> Any:
 
 
 def query(url: str, key: str, question: str, timeout_s: float = 300, **params: Any) -> QueryResponse:
-    """/v1/query's answer (its body as the endpoint sent it)."""
+    """/v1/query's answer, parsed into the model the endpoint serialized."""
     r = httpx.post(f"{url.rstrip('/')}/v1/query", json={"question": question, **params},
                    headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
     body = r.json()
     if r.status_code != 200:
         err = body.get("error", {}) if isinstance(body, dict) else {}
         raise _error_of(r.status_code)(f"{url} answered {r.status_code}: {err.get('message', body)}")
-    return cast(QueryResponse, dict(body))  # unchecked: the body as the endpoint sent it
+    return QueryResponse.model_validate(body)
 
 
 def _error_of(status: int) -> type[RaglineError]:

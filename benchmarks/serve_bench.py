@@ -107,7 +107,7 @@ class LocalBackends:
     async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
         hits = await asyncio.to_thread(self.searcher.search, query, None, k)
         return Retrieved(index_version=self.index.version, mode=mode or "hybrid",
-                         embedder=self.index.manifest.embedder.name, hits=[Passage(**h.to_dict()) for h in hits],
+                         embedder=self.index.manifest.embedder.name, hits=hits,
                          timings_ms={})
 
     def _rank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import NotRequired
 
 from ray import serve
 from ray.util.metrics import Counter
@@ -23,19 +22,13 @@ from app.models import generator as generator_model
 from app.models import trained
 from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
 from app.rag.prompt import rag_prompt
-from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece, StageReady
+from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece
 from app.storage import Storage
+from deployments.readiness import GeneratorReady
 from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
 READY_TIMEOUT_S = 2.0  # inside the ingress's 3 s for the whole part
-
-
-class GeneratorReady(StageReady):
-    generator: str  # the model (version) answering
-    engine: str
-    llm: NotRequired[str]  # vllm: the model the LLM application serves, or why it is not ready
-    computes: NotRequired[str]  # vllm: its dtype and the hardware that chose it
 
 
 @serve.deployment(name="Generator")
@@ -98,12 +91,13 @@ class Generator:
             self.watcher.check()
 
     async def ready(self) -> GeneratorReady:
-        out: GeneratorReady = {"ready": True, "generator": self.engine.model, "engine": self.cfg.engine}
+        out = GeneratorReady(ready=True, generator=self.engine.model, engine=self.cfg.engine)
         if isinstance(self.engine, ServeLLMEngine):
             try:
-                out["llm"], out["computes"] = await asyncio.wait_for(
+                llm, computes = await asyncio.wait_for(
                     asyncio.gather(self.engine.served(), self.engine.computes()), READY_TIMEOUT_S)
             except Exception as e:  # not deployed yet, starting, or failed: say which, do not raise
-                return {**out, "ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is not ready: "
-                        f"{type(e).__name__}: {e}"[:300]}
+                return out.model_copy(update={"ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is "
+                                              f"not ready: {type(e).__name__}: {e}"[:300]})
+            return out.model_copy(update={"llm": llm, "computes": computes})
         return out

@@ -33,6 +33,7 @@ from app.storage import Storage
 from deployments.api import build_api, stage_latency
 from deployments.batching import Batcher
 from deployments.guard import Guard
+from deployments.readiness import Unanswered
 from deployments.watch import Watcher
 
 if TYPE_CHECKING:
@@ -41,12 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("ray.serve")
 RETRIEVE_CALLS = 2  # calls to the Retriever in flight per Ingress replica
 READY_TIMEOUT_S = 3.0  # under the 5 s an HTTP client or a Kubernetes probe usually allows the whole /readyz
-
-
-class Unanswered(StageReady):
-    """A stage that did not answer the probe in time (in place of its own readiness)."""
-
-    error: str
 
 
 class HandleBackends:

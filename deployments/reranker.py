@@ -20,19 +20,14 @@ from app import hardware
 from app.config import RerankerConfig
 from app.errors import Unavailable
 from app.models import cross_encoder, trained
-from app.rag.protocol import Document, Ranking, StageReady
+from app.rag.protocol import Document, Ranking
 from app.storage import Storage
 from deployments.batching import Batcher
+from deployments.readiness import RerankerReady
 from deployments.watch import Watcher
 
 NONE = "none"
 log = logging.getLogger("ray.serve")
-
-
-class RerankerReady(StageReady):
-    reranker: str  # the model's label, or "none"
-    precision: str  # what it scores in: bf16 or fp32
-    computes: str  # that precision, on what hardware
 
 
 @serve.deployment(name="Reranker")
@@ -92,8 +87,8 @@ class Reranker:
             raise Unavailable(f"reranker.model {self.cfg.model} is not loaded")
 
     def ready(self) -> RerankerReady:
-        return {"ready": True, "reranker": self.current[1], "precision": self.precision,
-                "computes": f"{self.precision} on {hardware.detect().summary()}"}
+        return RerankerReady(ready=True, reranker=self.current[1], precision=self.precision,
+                             computes=f"{self.precision} on {hardware.detect().summary()}")
 
     def __del__(self) -> None:
         if hasattr(self, "watcher"):

@@ -23,22 +23,14 @@ from app.config import RetrieverConfig, SearchConfig
 from app.errors import NotFound, NotReady, Unavailable
 from app.index.search import Index, Mode
 from app.models import embedder
-from app.rag.protocol import Embedded, Passage, Retrieved, Search, Source, StageReady
+from app.rag.protocol import Embedded, Retrieved, Search, Source
 from app.storage import Storage
 from deployments import autoscale
 from deployments.batching import Batcher
+from deployments.readiness import RetrieverReady
 from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
-
-
-class RetrieverReady(StageReady, total=False):
-    reason: str  # not ready: why
-    index_version: int  # ready: the index version served, the dataset version it was built from, …
-    dataset_version: int | None
-    embedder: str
-    chunks: int
-    computes: str  # the embedder's runtime and precision, on what hardware
 
 
 @dataclass(frozen=True)
@@ -112,7 +104,7 @@ class Retriever:
             t0 = time.perf_counter()
             hits = q.index.search(q.text, vector, q.mode, q.k, self.cfg, q.sources)
             out.append(Retrieved(index_version=q.index.version, mode=q.mode, embedder=q.index.manifest.embedder.name,
-                                 hits=[Passage(**h.to_dict()) for h in hits],
+                                 hits=hits,
                                  timings_ms={"embed": embed_ms, "search": (time.perf_counter() - t0) * 1e3}))
         return out
 
@@ -154,9 +146,7 @@ class Retriever:
         if found is None:
             raise NotFound(f"chunk {chunk_id!r} is not in index version {index.version}")
         c, document = found
-        return Source(index_version=index.version, chunk_id=c["chunk_id"], doc_id=c["doc_id"], source=c["source"],
-                      title=c["title"], chunk_index=c["chunk_index"], start_char=c["start_char"],
-                      end_char=c["end_char"], document=document)
+        return Source.model_validate({**c, "index_version": index.version, "document": document})
 
     def check_health(self) -> None:
         """Serve's probe, every `health_check_period_s`; raising has the replica replaced. Fails if the served index
@@ -172,11 +162,12 @@ class Retriever:
 
     def ready(self) -> RetrieverReady:
         if self.index is None:
-            return {"ready": False, "reason": "no index version is published yet"}
+            return RetrieverReady(ready=False, reason="no index version is published yet")
         m = self.index.manifest
-        return {"ready": True, "index_version": m.version, "dataset_version": m.parent,
-                "embedder": m.embedder.name, "chunks": len(self.index.chunks),
-                "computes": f"{m.embedder.runtime} {m.embedder.precision} on {hardware.detect().summary()}"}
+        return RetrieverReady(ready=True, index_version=m.version, dataset_version=m.parent,
+                              embedder=m.embedder.name, chunks=len(self.index.chunks),
+                              computes=f"{m.embedder.runtime} {m.embedder.precision} on "
+                                       f"{hardware.detect().summary()}")
 
     def __del__(self) -> None:
         if hasattr(self, "watcher"):

@@ -47,6 +47,6 @@ def search(
     searcher = Searcher(Index.load(c.storage, index), c.cfg.search)
     hits = searcher.search(question, mode, k, source)  # type: ignore[arg-type]
     if as_json:
-        print_json({"index_version": searcher.index.version, "hits": [h.to_dict() for h in hits]})
+        print_json({"index_version": searcher.index.version, "hits": [h.model_dump() for h in hits]})
         return
     print_hits(question, hits, searcher.index.version)

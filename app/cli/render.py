@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from app.index.search import Hit
     from app.ingest.pipeline import IngestReportDict
+    from app.passage import Passage
     from app.remote import ClusterStatus
     from app.train.run import TrainRunRecord
 
@@ -61,7 +61,7 @@ def print_ingest_report(report: IngestReportDict) -> None:
         out.print(report["note"])
 
 
-def print_hits(question: str, hits: list[Hit], version: int) -> None:
+def print_hits(question: str, hits: list[Passage], version: int) -> None:
     out.print(f"[bold]{question}[/]  (index version {version})")
     if not hits:
         out.print("no results")

@@ -101,15 +101,14 @@ def query(
     url, key = endpoint(c, url, key)
     body = serving.query(url, key, question, top_k=k)
     if as_json:
-        return print_json(body)
-    out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body['answer']}\n", soft_wrap=True)
-    for cite in body["citations"]:
-        mark = "*" if cite.get("cited") else " "
-        out.print(f" {mark}[{cite['n']}] {cite['title'] or cite['doc_id']}  ({cite['source']})", soft_wrap=True,
-                  markup=False)
-    t = body["timings_ms"]
-    out.print(f"\nindex v{body['index_version']} · reranker {body['models']['reranker']} · "
-              f"{body['models']['generator']} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")
+        return print_json(body.model_dump())
+    out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body.answer}\n", soft_wrap=True)
+    for cite in body.citations:
+        mark = "*" if cite.cited else " "
+        out.print(f" {mark}[{cite.n}] {cite.title or cite.doc_id}  ({cite.source})", soft_wrap=True, markup=False)
+    t = body.timings_ms
+    out.print(f"\nindex v{body.index_version} · reranker {body.models.reranker} · "
+              f"{body.models.generator} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")
 
 
 class ModelSummary(BaseModel):

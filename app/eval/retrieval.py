@@ -4,9 +4,12 @@ then mean nDCG@k and recall@k per search mode, with chunk hits collapsed to docu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
+from typing import TYPE_CHECKING, NotRequired, cast
 
 from tqdm import tqdm
+
+# typing_extensions': pydantic reads it as part of /v1/status's response schema (typing's needs 3.12)
+from typing_extensions import TypedDict
 
 from app import hardware
 from app.catalog import Precision, now_iso
@@ -19,7 +22,7 @@ from app.qa.beir import load_beir
 from app.storage import Storage
 
 if TYPE_CHECKING:
-    from app.index.search import Hit
+    from app.passage import Passage
 
 MODES = ("dense", "lexical", "hybrid")
 
@@ -134,7 +137,7 @@ class Reranking:
         self.model = cross_encoder.load(path, max_length=max_length)
         self.precision = precision
 
-    def score(self, query: str, hits: dict[str, Hit]) -> dict[str, float]:
+    def score(self, query: str, hits: dict[str, Passage]) -> dict[str, float]:
         ids = list(hits)
         scores = cross_encoder.score(self.model, [(query, cross_encoder.passage_text(hits[i].title, hits[i].text))
                                                   for i in ids], self.precision)

@@ -9,9 +9,8 @@ import hashlib
 import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -23,55 +22,10 @@ from app.catalog import Catalog, Manifest
 from app.config import SearchConfig
 from app.errors import Conflict, UserError
 from app.fusion import rrf
+from app.passage import ChunkRow, Passage
 from app.storage import Storage
 
 Mode = Literal["dense", "lexical", "hybrid"]
-
-
-class ChunkFields(TypedDict):
-    """What every chunk carries, in an index's table and in a search hit."""
-
-    chunk_id: str
-    doc_id: str
-    chunk_index: int
-    source: str
-    title: str
-    text: str
-    start_char: int
-    end_char: int
-
-
-class HitDict(ChunkFields):
-    """A `Hit` as `ragline search --json` prints it and `app.train.rag_qa` reads it (`Hit.to_dict`)."""
-
-    rank: int
-    score: float
-
-
-@dataclass
-class Hit:
-    rank: int
-    score: float
-    chunk_id: str
-    doc_id: str
-    chunk_index: int
-    source: str
-    title: str
-    text: str
-    start_char: int
-    end_char: int
-
-    def to_dict(self) -> HitDict:
-        # what dataclasses.asdict gave, field by field (every field is a scalar, so nothing is shared)
-        return {"rank": self.rank, "score": self.score, "chunk_id": self.chunk_id, "doc_id": self.doc_id,
-                "chunk_index": self.chunk_index, "source": self.source, "title": self.title, "text": self.text,
-                "start_char": self.start_char, "end_char": self.end_char}
-
-
-class ChunkRow(ChunkFields):
-    """One row of an index version's `chunks.parquet` (app.dataset.CHUNK_COLUMNS)."""
-
-    metadata: str
 
 
 class ChunkTable(Sequence[ChunkRow]):
@@ -206,7 +160,7 @@ class Index:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
 
     def search(self, query: str, vector: np.ndarray | None, mode: Mode, k: int, cfg: SearchConfig,
-               sources: list[str] | None = None) -> list[Hit]:
+               sources: list[str] | None = None) -> list[Passage]:
         """`vector` is the query's normalised embedding (needed for dense and hybrid)."""
         allowed = self.allowed(sources)
         if mode == "lexical":
@@ -222,9 +176,7 @@ class Index:
                 ranked = rrf([dense, lexical], [cfg.dense_weight, cfg.lexical_weight], cfg.rrf_k)[:k]
         ranked = ranked[:k]
         rows = self.chunks.rows([i for i, _ in ranked])
-        return [Hit(rank=rank, score=score, chunk_id=c["chunk_id"], doc_id=c["doc_id"], chunk_index=c["chunk_index"],
-                    source=c["source"], title=c["title"], text=c["text"], start_char=c["start_char"],
-                    end_char=c["end_char"])
+        return [Passage.from_row(c, rank, score)
                 for rank, ((_, score), c) in enumerate(zip(ranked, rows, strict=True), start=1)]
 
     def in_document(self, chunk_id: str) -> tuple[ChunkRow, str] | None:
@@ -255,7 +207,7 @@ class Searcher:
         return self.encoder.encode(queries)
 
     def search(self, query: str, mode: Mode | None = None, k: int | None = None,
-               sources: list[str] | None = None) -> list[Hit]:
+               sources: list[str] | None = None) -> list[Passage]:
         if not query.strip():
             raise UserError("the question is empty")
         mode = mode or self.cfg.mode

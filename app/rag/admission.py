@@ -23,10 +23,21 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel
+
 from app.errors import Overloaded
 
 WINDOW_S = 30.0  # seconds of generating time the rate is measured over
 SHARE_WEIGHT = 0.2  # weight of each new answer in the running mean of the share of its token limit it used
+
+
+class AdmissionState(BaseModel):
+    """What /readyz says of admission."""
+
+    running: int  # generations admitted and not finished
+    tokens_per_s: float | None  # the measured rate; None before any is measured
+    share_of_max_tokens: float  # of their token limit, what recent answers used
+    budget_s: float
 
 
 @dataclass
@@ -115,8 +126,8 @@ class Admission:
             used = min(1.0, completion_tokens / ticket.max_tokens)
             self.share += SHARE_WEIGHT * (used - self.share)
 
-    def state(self) -> dict[str, float | int | None]:
+    def state(self) -> AdmissionState:
         """For /readyz: what runs, the measured rate and how much of their token limit answers use."""
         rate = self.rate()
-        return {"running": len(self.running), "tokens_per_s": None if rate is None else round(rate, 1),
-                "share_of_max_tokens": round(self.share, 2), "budget_s": self.budget_s}
+        return AdmissionState(running=len(self.running), tokens_per_s=None if rate is None else round(rate, 1),
+                              share_of_max_tokens=round(self.share, 2), budget_s=self.budget_s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from app.rag.protocol import (
@@ -72,7 +72,7 @@ class RagFlow:
         ranking = await self.stage("rerank", timings, self.backends.rerank(query, docs, top_n, retrieved))
         if ranking.scores is None:
             return ranking.reranker, [passages[i] for i in ranking.order]
-        return ranking.reranker, [replace(passages[i], rerank_score=s)
+        return ranking.reranker, [passages[i].model_copy(update={"rerank_score": s})
                                   for i, s in zip(ranking.order, ranking.scores, strict=True)]
 
     async def rank(self, query: str, documents: list[Document], top_n: int) -> Ranking:

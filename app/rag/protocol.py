@@ -1,34 +1,22 @@
 """The request path's contract: what each stage takes and returns, however it is reached (Serve handles in the
 graph, plain objects in a benchmark or a test).
 
-Plain frozen dataclasses: they pickle across DeploymentHandles cheaply and say their shape in one place.
+Plain frozen dataclasses: they pickle across DeploymentHandles cheaply and say their shape in one place. What also
+goes out over HTTP is a pydantic model, its own schema in /openapi.json: the passage (`app/passage.py`), a cited
+chunk's `Source`, and the /v1/query body.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol, TypedDict
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from app.passage import Passage
 
 Message = dict[str, str]  # a chat turn: {"role", "content"}
-
-
-@dataclass(frozen=True, slots=True)
-class Passage:
-    """A retrieved chunk as the request path carries it: [n] in an answer cites the n-th passage of its prompt.
-    `start_char`/`end_char`: the chunk's span in its source document (characters)."""
-
-    chunk_id: str
-    doc_id: str
-    source: str
-    title: str
-    text: str
-    score: float  # the retriever's
-    rank: int = 0
-    chunk_index: int = 0
-    start_char: int = 0
-    end_char: int = 0
-    rerank_score: float | None = None  # the cross-encoder's, once reranked
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +51,11 @@ class Ranking:
     scores: list[float] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(BaseModel):
     """A cited chunk in its document, for a reader to open: `document` is the document's text as the served index
-    holds it, and `document[start_char:end_char]` is the chunk."""
+    holds it, and `document[start_char:end_char]` is the chunk. /v1/chunks/{chunk_id} returns it."""
+
+    model_config = ConfigDict(frozen=True)
 
     index_version: int
     chunk_id: str
@@ -118,9 +107,9 @@ class Finished:
 Piece = Fitted | Delta | Finished
 
 
-class StageReady(TypedDict):
+class StageReady(BaseModel):
     """A stage's readiness, one per stage in /readyz: `ready`, and what the stage serves (or why it is not ready).
-    Each deployment extends it with its own keys (`deployments/retriever.py`, …)."""
+    Each deployment extends it with its own fields (`deployments/retriever.py`, …); /readyz declares the union."""
 
     ready: bool
 
@@ -141,9 +130,9 @@ class Backends(Protocol):
     async def ready(self) -> dict[str, StageReady]: ...  # per stage ("retriever", "reranker", "generator")
 
 
-# What /v1/query answers: deployments/api/views.py builds it and app.serving.query (the client) returns it, so it is
+# What /v1/query answers: deployments/api/views.py builds it and app.serving.query (the client) parses it, so it is
 # described here, below both.
-class Citation(TypedDict):
+class Citation(BaseModel):
     n: int  # [n] in the answer
     chunk_id: str
     doc_id: str
@@ -153,27 +142,34 @@ class Citation(TypedDict):
     score: float  # the reranker's, else the retriever's
     cited: bool  # whether the answer refers to it
 
+    @classmethod
+    def of(cls, n: int, p: Passage, answer: str, snippet_chars: int) -> Citation:
+        """The passage numbered `n` in the prompt, as the answer `answer` cites it (or not)."""
+        return cls(n=n, chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title,
+                   snippet=p.text[:snippet_chars], score=p.score if p.rerank_score is None else p.rerank_score,
+                   cited=f"[{n}]" in answer)
 
-class Models(TypedDict):
+
+class Models(BaseModel):
     generator: str
     embedder: str
     reranker: str
 
 
-class Meta(TypedDict):
+class Meta(BaseModel):
     index_version: int
     mode: str
     models: Models
     timings_ms: dict[str, float]
 
 
-class Usage(TypedDict):
+class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
 
 
 class QueryResponse(Meta):
-    """/v1/query (not streamed): the answer, then its metadata's keys."""
+    """/v1/query (not streamed): the answer, then its metadata's fields."""
 
     answer: str
     finish_reason: str

@@ -17,20 +17,17 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
 from app.config import GeneratorConfig, SearchConfig
+from app.passage import ChunkRow, Passage
 from app.qa.metrics import contains_answer, normalize_answer
 from app.qa.questions import Question
 from app.rag.prompt import rag_prompt
-from app.rag.protocol import Passage
 from app.storage import Storage
 from app.train.config import RagQAConfig
-
-if TYPE_CHECKING:
-    from app.train.reranker_data import IndexChunk
 
 
 def drops_gold(qid: str, fraction: float) -> bool:
@@ -83,7 +80,7 @@ class RagQAExamples:
         self.search: SearchConfig = self.cfg.search
         self.searcher = Searcher(Index.load(Storage(storage_uri), self.cfg.index_version), self.search)
         self.tokens = ChatTemplateTokens(AutoTokenizer.from_pretrained(model_dir))
-        self.chunks_of: dict[str, list[IndexChunk]] = {}  # doc id → its chunks
+        self.chunks_of: dict[str, list[ChunkRow]] = {}  # doc id → its chunks
         for c in self.searcher.index.chunks:
             self.chunks_of.setdefault(c["doc_id"], []).append(c)
 
@@ -93,9 +90,7 @@ class RagQAExamples:
         if not chunks:
             return None
         c = next((c for c in chunks if contains_answer(c["text"], q.answers)), chunks[0])
-        return Passage(rank=0, score=0.0, chunk_id=c["chunk_id"], doc_id=c["doc_id"], chunk_index=c["chunk_index"],
-                       source=c["source"], title=c["title"], text=c["text"], start_char=c["start_char"],
-                       end_char=c["end_char"])
+        return Passage.from_row(c)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         questions = [Question(str(qid), str(q), tuple(str(a) for a in answers), str(doc), str(article))
@@ -105,8 +100,7 @@ class RagQAExamples:
         out: dict[str, list[Any]] = {"record": [], "source": []}
         index = self.searcher.index
         for q, vec in zip(questions, vectors, strict=True):
-            hits = [Passage(**h.to_dict())
-                    for h in index.search(q.question, vec, self.search.mode, self.cfg.top_k, self.search)]
+            hits = index.search(q.question, vec, self.search.mode, self.cfg.top_k, self.search)
             if drops_gold(q.qid, self.cfg.idk_fraction):
                 hits = [h for h in hits if h.doc_id != q.doc_id and not contains_answer(h.text, q.answers)]
             elif self.cfg.insert_gold and (gold := self.gold_passage(q)) is not None:

@@ -21,24 +21,12 @@ import numpy as np
 
 from app.config import SearchConfig
 from app.models.cross_encoder import passage_text
+from app.passage import ChunkRow
 from app.storage import Storage
 from app.train.config import RerankerDataConfig
 
 if TYPE_CHECKING:
     from app.train.sft_data import Batch
-
-
-class IndexChunk(TypedDict):
-    """A row of an index's chunk table (`Index.chunks`), the fields training reads."""
-
-    chunk_id: str
-    doc_id: str
-    chunk_index: int  # position of the chunk in its document, from 0
-    source: str
-    title: str
-    text: str
-    start_char: int  # the chunk's span in its document (characters)
-    end_char: int
 
 
 class QueryRow(TypedDict):
@@ -50,7 +38,7 @@ class QueryRow(TypedDict):
     positive_texts: NotRequired[list[str]]  # self pairs: the passage itself (the query cut from it)
 
 
-def self_pairs(chunks: Sequence[IndexChunk], n: int, seed: int) -> list[QueryRow]:
+def self_pairs(chunks: Sequence[ChunkRow], n: int, seed: int) -> list[QueryRow]:
     """Up to `n` (pseudo-query, chunk) pairs from an index's chunk table, for a corpus without labels."""
     rng = random.Random(seed)
     picked = rng.sample(range(len(chunks)), min(n, len(chunks)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Unpack
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
@@ -14,14 +13,17 @@ from fastapi.responses import StreamingResponse
 from app.rag.flow import Answer
 from app.rag.protocol import Finished, Generation
 from deployments.api.edge import Edge, sse
-from deployments.api.errors import ModelNotFound
+from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses, streamed
 from deployments.api.views import (
+    AssistantMessage,
+    ChatChoice,
     ChatCompletion,
     ChatCompletionChunk,
-    ChatHead,
     ChatUsage,
     ChunkChoice,
-    ChunkExtra,
+    ChunkDelta,
+    Citation,
+    Meta,
     citations,
     meta,
 )
@@ -29,14 +31,16 @@ from deployments.schemas import ChatCompletionRequest
 
 
 def usage(f: Finished) -> ChatUsage:
-    return {"prompt_tokens": f.prompt_tokens, "completion_tokens": f.completion_tokens,
-            "total_tokens": f.prompt_tokens + f.completion_tokens}
+    return ChatUsage(prompt_tokens=f.prompt_tokens, completion_tokens=f.completion_tokens,
+                     total_tokens=f.prompt_tokens + f.completion_tokens)
 
 
 def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/chat/completions", response_model=None)
+    @r.post("/v1/chat/completions", response_model=ChatCompletion,
+            responses={**streamed("`chat.completion.chunk` objects, then `[DONE]`"),
+                       **responses(404, *STAGE_ERRORS)})
     async def chat(req: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
         edge.within_limits(req)
         if req.model and req.model not in (edge.generator, "ragline"):
@@ -49,7 +53,7 @@ def router(edge: Edge) -> APIRouter:
                                 top_p=req.top_p, stop=[req.stop] if isinstance(req.stop, str) else req.stop,
                                 history=history)
         flow, timings = edge.flow, dict[str, float]()
-        head: ChatHead = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": edge.generator}
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         ticket = edge.admit(generation)
 
         if not req.stream:
@@ -57,28 +61,33 @@ def router(edge: Edge) -> APIRouter:
                 context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
                 out = await flow.answer(question, context, generation, timings)
                 ticket.finish(out.finished.completion_tokens)
-                return {**head, "object": "chat.completion",
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": out.text.strip()},
-                                     "finish_reason": out.finished.finish_reason}],
-                        "usage": usage(out.finished), "citations": citations(out.passages, out.text),
-                        "ragline": meta(context, timings, out.finished)}
+                choice = ChatChoice(index=0, message=AssistantMessage(content=out.text.strip()),
+                                    finish_reason=out.finished.finish_reason)
+                return ChatCompletion(id=cid, created=created, model=edge.generator, choices=[choice],
+                                      usage=usage(out.finished), citations=citations(out.passages, out.text),
+                                      ragline=meta(context, timings, out.finished))
 
             return await edge.answering(ticket, run())
 
-        def chunk(choices: list[ChunkChoice], **extra: Unpack[ChunkExtra]) -> bytes:
-            body: ChatCompletionChunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
-            return sse(None, body)
+        def chunk(choices: list[ChunkChoice], *, citations: list[Citation] | None = None, ragline: Meta | None = None,
+                  usage: ChatUsage | None = None) -> bytes:
+            # sent without what a chunk does not carry (exclude_unset): only the last has citations, only the usage
+            # chunk has usage, and a delta says only what it sets
+            body = ChatCompletionChunk(id=cid, created=created, model=edge.generator, object="chat.completion.chunk",
+                                       choices=choices, citations=citations, ragline=ragline, usage=usage)
+            absent = {k for k, v in (("citations", citations), ("ragline", ragline), ("usage", usage)) if v is None}
+            return sse(None, body.model_dump_json(exclude_unset=True, exclude=absent))
 
         async def events() -> AsyncIterator[bytes]:
             context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
-            yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+            yield chunk([ChunkChoice(index=0, delta=ChunkDelta(role="assistant", content=""), finish_reason=None)])
             async for piece in flow.stream(question, context, generation, timings):
                 if not isinstance(piece, Answer):
-                    yield chunk([{"index": 0, "delta": {"content": piece.text}, "finish_reason": None}])
+                    yield chunk([ChunkChoice(index=0, delta=ChunkDelta(content=piece.text), finish_reason=None)])
                     continue
                 f = piece.finished
                 ticket.finish(f.completion_tokens)
-                yield chunk([{"index": 0, "delta": {}, "finish_reason": f.finish_reason}],
+                yield chunk([ChunkChoice(index=0, delta=ChunkDelta(), finish_reason=f.finish_reason)],
                             citations=citations(piece.passages, piece.text), ragline=meta(context, timings, f))
                 if req.stream_options and req.stream_options.include_usage:
                     yield chunk([], usage=usage(f))

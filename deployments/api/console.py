@@ -16,6 +16,7 @@ from app.overview import Overview, overview
 from app.rag.protocol import Source
 from app.storage import Storage
 from deployments.api.edge import Edge
+from deployments.api.errors import responses
 
 PAGE = Path(__file__).resolve().parents[1] / "console"
 ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}  # what /console/<name> serves
@@ -37,12 +38,12 @@ def router(edge: Edge, storage: Storage) -> APIRouter:
             raise NotFound(f"/console/{name} is not a file of the console")
         return FileResponse(PAGE / name, media_type=ASSETS[name])
 
-    @r.get("/v1/chunks/{chunk_id}")
+    @r.get("/v1/chunks/{chunk_id}", response_model=Source, responses=responses(401, 404, 422, 500, 503, 504))
     async def chunk(chunk_id: Annotated[str, fastapi.Path(max_length=CHUNK_ID_CHARS)]) -> Source:
         """A chunk of the served index in its document: `document[start_char:end_char]` is the chunk."""
         return await edge.flow.source(chunk_id)
 
-    @r.get("/v1/status", response_model=dict[str, object])
+    @r.get("/v1/status", response_model=Overview, responses=responses(401, 500))
     async def status() -> Overview:
         """Ingest runs, dataset / index / model versions, training runs by step, the latest evaluations."""
         return await asyncio.to_thread(overview, storage)

@@ -6,10 +6,12 @@ here too, so a route only raises, and a bug is a 500 that never echoes its inter
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -24,6 +26,43 @@ STAGE_FAILURES = (BackPressureError, RayActorError, ActorUnavailableError, RayTa
 
 class ModelNotFound(NotFound):
     kind = "model_not_found"
+
+
+class ErrorInfo(BaseModel):
+    type: str  # the `app.errors` kind (`invalid_request`, `not_found`, …), or the guard's (`unauthorized`, …)
+    message: str
+    field: str | None = None  # 422 for a body that does not validate: the first field named (sent only then)
+
+
+class ErrorResponse(BaseModel):
+    """Every error body, whoever sends it: a route, the handlers here, or the guard in front (deployments/guard.py)."""
+
+    error: ErrorInfo
+
+
+ERRORS = {  # status → when it is sent, as /openapi.json says it
+    401: "Missing or invalid API key.",
+    404: "No such thing to answer from (a chunk, a model).",
+    413: "The request body is over the limit.",
+    422: "The request is invalid: a field, a size, a question the model's window cannot hold.",
+    429: "This API key has too many requests waiting.",
+    500: "A bug; the server's log has its trace.",
+    503: "Not ready, at capacity, or a replica restarting; retry after Retry-After.",
+    504: "The request took longer than the deadline and was cancelled.",
+}
+STAGE_ERRORS = (401, 413, 422, 429, 500, 503, 504)  # what any route that runs a stage can answer
+
+
+def streamed(what: str) -> dict[int | str, dict[str, Any]]:
+    """A route's 200 when it may stream: its JSON body (the route's `response_model`) or, with `stream: true`,
+    server-sent events."""
+    return {200: {"description": f"The answer; with `stream: true`, {what} as server-sent events.",
+                  "content": {"text/event-stream": {}}}}
+
+
+def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error responses a route declares (as vLLM's routers do), each an `ErrorResponse`."""
+    return {s: {"model": ErrorResponse, "description": ERRORS[s]} for s in statuses}
 
 
 def translate(e: BaseException, timeout_s: float) -> BaseException:

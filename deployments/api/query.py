@@ -10,8 +10,9 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from app.rag.flow import Answer
-from app.rag.protocol import Generation, QueryResponse
+from app.rag.protocol import Generation, QueryResponse, Usage
 from deployments.api.edge import Edge, sse
+from deployments.api.errors import STAGE_ERRORS, responses, streamed
 from deployments.api.views import citations, meta
 from deployments.schemas import QueryRequest
 
@@ -19,7 +20,8 @@ from deployments.schemas import QueryRequest
 def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/query", response_model=None)
+    @r.post("/v1/query", response_model=QueryResponse,
+            responses={**streamed("`token` events, then `citations`, then `done`"), **responses(*STAGE_ERRORS)})
     async def query(req: QueryRequest) -> QueryResponse | StreamingResponse:
         edge.within_limits(req)
         edge.check_question(req.question, "question", req.top_k)
@@ -34,10 +36,11 @@ def router(edge: Edge) -> APIRouter:
             ticket.finish(out.finished.completion_tokens)
             timings["total"] = (time.perf_counter() - t0) * 1e3
             f = out.finished
-            return {"answer": out.text.strip(), "finish_reason": f.finish_reason,
-                    "citations": citations(out.passages, out.text),
-                    "usage": {"prompt_tokens": f.prompt_tokens, "completion_tokens": f.completion_tokens},
-                    **meta(context, timings, f)}
+            m = meta(context, timings, f)
+            return QueryResponse(answer=out.text.strip(), finish_reason=f.finish_reason,
+                                 citations=citations(out.passages, out.text),
+                                 usage=Usage(prompt_tokens=f.prompt_tokens, completion_tokens=f.completion_tokens),
+                                 index_version=m.index_version, mode=m.mode, models=m.models, timings_ms=m.timings_ms)
 
         if not req.stream:
             return await edge.answering(ticket, run())
@@ -51,11 +54,11 @@ def router(edge: Edge) -> APIRouter:
                 timings["total"] = (time.perf_counter() - t0) * 1e3
                 f = piece.finished
                 ticket.finish(f.completion_tokens)
-                yield sse("citations", {"citations": citations(piece.passages, piece.text),
-                                        **meta(context, timings, f)})
+                yield sse("citations", {"citations": [c.model_dump() for c in citations(piece.passages, piece.text)],
+                                        **meta(context, timings, f).model_dump()})
                 yield sse("done", {"finish_reason": f.finish_reason,
-                                   "usage": {"prompt_tokens": f.prompt_tokens,
-                                             "completion_tokens": f.completion_tokens}})
+                                   "usage": Usage(prompt_tokens=f.prompt_tokens,
+                                                  completion_tokens=f.completion_tokens).model_dump()})
 
         return edge.streaming(events(), ticket)
 

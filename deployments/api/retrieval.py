@@ -10,36 +10,42 @@ from fastapi import APIRouter
 
 from app.errors import UserError
 from deployments.api.edge import Edge
-from deployments.api.errors import ModelNotFound
-from deployments.api.views import EmbeddingsResponse, RerankResponse, RetrieveResponse, hit
+from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses
+from deployments.api.views import (
+    Embedding,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
+    RerankResponse,
+    RerankResult,
+    RetrieveResponse,
+)
 from deployments.schemas import EmbeddingsRequest, RerankRequest, RetrieveRequest
 
 
 def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/retrieve", response_model=dict[str, object])  # the body as built (deployments/api/views.py)
+    @r.post("/v1/retrieve", response_model=RetrieveResponse, responses=responses(*STAGE_ERRORS))
     async def retrieve(req: RetrieveRequest) -> RetrieveResponse:
         edge.within_limits(req)
         edge.check_question(req.query, "query", req.top_k)
         timings: dict[str, float] = {}
         found = await edge.deadline(edge.flow.retrieve(req.query, req.mode, req.top_k, req.sources, timings))
-        return {"index_version": found.index_version, "mode": found.mode,
-                "hits": [hit(h) for h in found.hits],
-                "timings_ms": {**found.timings_ms, "total": round(timings["retrieve"], 2)}}
+        return RetrieveResponse(index_version=found.index_version, mode=found.mode, hits=found.hits,
+                                timings_ms={**found.timings_ms, "total": round(timings["retrieve"], 2)})
 
-    @r.post("/v1/rerank", response_model=dict[str, object])
+    @r.post("/v1/rerank", response_model=RerankResponse, responses=responses(*STAGE_ERRORS))
     async def rerank(req: RerankRequest) -> RerankResponse:
         edge.within_limits(req)
         edge.check_question(req.query, "query", 1)
         docs = [("", t) for t in req.documents]
         ranking = await edge.deadline(edge.flow.rank(req.query, docs, req.top_n or len(docs)))
         scores: list[float | None] = [*ranking.scores] if ranking.scores else [None] * len(ranking.order)
-        return {"reranker": ranking.reranker,
-                "results": [{"index": i, "relevance_score": s, "document": req.documents[i]}
-                            for i, s in zip(ranking.order, scores, strict=True)]}
+        return RerankResponse(reranker=ranking.reranker,
+                              results=[RerankResult(index=i, relevance_score=s, document=req.documents[i])
+                                       for i, s in zip(ranking.order, scores, strict=True)])
 
-    @r.post("/v1/embeddings", response_model=dict[str, object])
+    @r.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=responses(404, *STAGE_ERRORS))
     async def embeddings(req: EmbeddingsRequest) -> EmbeddingsResponse:
         edge.within_limits(req)
         if req.model and req.model != edge.embedder.name:
@@ -58,8 +64,7 @@ def router(edge: Edge) -> APIRouter:
             return v
 
         n_tokens = sum(edge.embedder.count_tokens(t) for t in texts)
-        return {"object": "list", "model": out.model, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-                "data": [{"object": "embedding", "index": i, "embedding": encode(v)}
-                         for i, v in enumerate(out.vectors)]}
+        return EmbeddingsResponse(model=out.model, usage=EmbeddingsUsage(prompt_tokens=n_tokens, total_tokens=n_tokens),
+                                  data=[Embedding(index=i, embedding=encode(v)) for i, v in enumerate(out.vectors)])
 
     return r

@@ -1,95 +1,98 @@
-"""How the flow's results read over HTTP: the response bodies of the routes, and the citations and answer metadata
-that /v1/query and /v1/chat/completions share (`Citation`, `Meta`: `app/rag/protocol.py`).
+"""How the flow's results read over HTTP: the response bodies of the routes, as pydantic models, and the citations
+and answer metadata that /v1/query and /v1/chat/completions share (`Citation`, `Meta`: `app/rag/protocol.py`).
 
-The bodies are TypedDicts: plain dicts at runtime, so they serialize exactly as the dicts they describe. Routes that
-FastAPI would otherwise validate against their return annotation say `response_model=dict[str, object]` (pydantic
-takes `object` values as it takes `Any`, unchecked): the body goes out as built, neither coerced to these types
-(an int where a float is declared) nor stripped of keys they do not name, and /openapi.json stays as it was."""
+Each route declares its body as its `response_model`, so /openapi.json describes what it returns, and returns an
+instance: FastAPI serializes it once (a model instance of the declared class is not validated again)."""
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal
 
+from pydantic import BaseModel
+
+from app.passage import Passage
+from app.rag.admission import AdmissionState
 from app.rag.flow import Context
 
-# the /v1/query body and its parts are the protocol's: app.serving.query, the client, reads them too
-from app.rag.protocol import Citation, Finished, Meta, Models, Passage, Usage
+# the /v1/query body and its parts are the protocol's: app.serving.query, the client, parses them too
+from app.rag.protocol import Citation, Finished, Meta, Models, Usage
+from deployments.readiness import GeneratorReady, RerankerReady, RetrieverReady, Unanswered
 
 SNIPPET_CHARS = 240
 
 
-class Hit(TypedDict):
-    """A retrieved chunk in /v1/retrieve: `Passage` without the reranker's score."""
-
-    chunk_id: str
-    doc_id: str
-    source: str
-    title: str
-    text: str
-    score: float
-    rank: int
-    chunk_index: int
-    start_char: int
-    end_char: int
-
-
-class RetrieveResponse(TypedDict):
+class RetrieveResponse(BaseModel):
     index_version: int
     mode: str
-    hits: list[Hit]
+    hits: list[Passage]  # the passages as the retriever found them (rerank_score: null)
     timings_ms: dict[str, float]  # the retriever's "embed", "search", and the request's "total"
 
 
-class RerankResult(TypedDict):
+class RerankResult(BaseModel):
     index: int  # into the request's documents
     relevance_score: float | None  # None: no reranker model, the given order
     document: str
 
 
-class RerankResponse(TypedDict):
+class RerankResponse(BaseModel):
     reranker: str
     results: list[RerankResult]
 
 
-class EmbeddingsUsage(TypedDict):
+class EmbeddingsUsage(BaseModel):
     prompt_tokens: int
     total_tokens: int
 
 
-class Embedding(TypedDict):
-    object: Literal["embedding"]
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str  # str: base64 of little-endian float32
 
 
-class EmbeddingsResponse(TypedDict):
+class EmbeddingsResponse(BaseModel):
     """OpenAI's embeddings list."""
 
-    object: Literal["list"]
+    object: Literal["list"] = "list"
     model: str
     usage: EmbeddingsUsage
     data: list[Embedding]
 
 
-class ModelCard(TypedDict):
+class ModelCard(BaseModel):
     id: str
-    object: Literal["model"]
+    object: Literal["model"] = "model"
     created: int
     owned_by: str
 
 
-class ModelList(TypedDict):
+class ModelList(BaseModel):
     """OpenAI's /v1/models."""
 
-    object: Literal["list"]
+    object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    """/readyz: 200 when every stage is ready, else 503 with the same body. A stage that did not answer the probe
+    in time says so in place of its own readiness."""
+
+    ready: bool
+    retriever: RetrieverReady | Unanswered
+    reranker: RerankerReady | Unanswered
+    generator: GeneratorReady | Unanswered
+    admission: AdmissionState
 
 
 class ChatUsage(Usage):
     total_tokens: int
 
 
-class ChatHead(TypedDict):
+class ChatHead(BaseModel):
     """What every chat completion body and chunk of one request starts with."""
 
     id: str
@@ -97,12 +100,12 @@ class ChatHead(TypedDict):
     model: str
 
 
-class AssistantMessage(TypedDict):
-    role: Literal["assistant"]
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
     content: str
 
 
-class ChatChoice(TypedDict):
+class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     finish_reason: str
@@ -111,49 +114,40 @@ class ChatChoice(TypedDict):
 class ChatCompletion(ChatHead):
     """OpenAI's chat completion, with the answer's citations and Ragline's metadata as extra fields."""
 
-    object: Literal["chat.completion"]
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[ChatChoice]
     usage: ChatUsage
     citations: list[Citation]
     ragline: Meta
 
 
-class ChunkDelta(TypedDict, total=False):
-    role: Literal["assistant"]
-    content: str
+class ChunkDelta(BaseModel):
+    """Sent without the fields it does not set (`exclude_unset`): the first chunk's role, then content only."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
 
 
-class ChunkChoice(TypedDict):
+class ChunkChoice(BaseModel):
     index: int
     delta: ChunkDelta
     finish_reason: str | None
 
 
-class ChunkExtra(TypedDict, total=False):
-    """The last chunk's citations and metadata; usage in a chunk of its own (`stream_options.include_usage`)."""
+class ChatCompletionChunk(ChatHead):
+    """One SSE event of a streamed chat completion. The last chunk's citations and metadata, and usage in a chunk
+    of its own (`stream_options.include_usage`), are sent only in the chunks that carry them."""
 
-    citations: list[Citation]
-    ragline: Meta
-    usage: ChatUsage
-
-
-class ChatCompletionChunk(ChatHead, ChunkExtra):
-    object: Literal["chat.completion.chunk"]
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     choices: list[ChunkChoice]
-
-
-def hit(p: Passage) -> Hit:
-    """In `Passage`'s field order, as `dataclasses.asdict` gave it."""
-    return Hit(chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title, text=p.text, score=p.score,
-               rank=p.rank, chunk_index=p.chunk_index, start_char=p.start_char, end_char=p.end_char)
+    citations: list[Citation] | None = None
+    ragline: Meta | None = None
+    usage: ChatUsage | None = None
 
 
 def citations(passages: list[Passage], answer: str) -> list[Citation]:
     """One entry per passage in the prompt ([n] is entry n)."""
-    return [Citation(n=i, chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title,
-                     snippet=p.text[:SNIPPET_CHARS], score=p.score if p.rerank_score is None else p.rerank_score,
-                     cited=f"[{i}]" in answer)
-            for i, p in enumerate(passages, start=1)]
+    return [Citation.of(i, p, answer, SNIPPET_CHARS) for i, p in enumerate(passages, start=1)]
 
 
 def meta(context: Context, timings: dict[str, float], finished: Finished) -> Meta:

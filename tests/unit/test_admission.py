@@ -25,10 +25,10 @@ def test_before_any_answer_only_the_floor_is_admitted_and_a_lone_request_always_
     tickets = [a.admit(64) for _ in range(4)]
     with pytest.raises(Overloaded, match="not measured yet"):
         a.admit(64)
-    assert a.rate() is None and a.state()["running"] == 4
+    assert a.rate() is None and a.state().running == 4
     for t in tickets:
         t.release()  # failed answers measure nothing
-    assert a.rate() is None and a.state()["running"] == 0
+    assert a.rate() is None and a.state().running == 0
     slow = admission(clock, budget_s=1.0)
     t = slow.admit(100)
     clock.now += 100
@@ -92,7 +92,7 @@ def test_a_ticket_never_given_back_lapses_after_the_request_lifetime():
         a.admit(64)
     clock.now += 126
     late = a.admit(64)
-    assert a.state()["running"] == 1
+    assert a.state().running == 1
     late.finish(10)
     late.release()  # closing twice is harmless
-    assert a.state()["running"] == 0
+    assert a.state().running == 0

@@ -129,7 +129,8 @@ def test_scores_and_summary() -> None:
 
 
 def passage(doc_id: str, text: str = "", title: str = "") -> Passage:
-    return Passage(chunk_id=f"{doc_id}:0", doc_id=doc_id, source=f"/d/{doc_id}", title=title, text=text, score=0.0)
+    return Passage(chunk_id=f"{doc_id}:0", doc_id=doc_id, chunk_index=0, source=f"/d/{doc_id}", title=title, text=text,
+                   start_char=0, end_char=len(text), score=0.0)
 
 
 def test_qa_examples_cite_the_gold_passage_or_decline() -> None:

@@ -19,6 +19,7 @@ from app.rag.flow import RagFlow
 from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved, Source
 from app.storage import Storage
 from deployments.api import build_api
+from deployments.readiness import GeneratorReady, RerankerReady, RetrieverReady, Unanswered
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -73,9 +74,13 @@ class FakeStages:
                       chunk_index=0, start_char=HIT.start_char, end_char=HIT.end_char, document=document)
 
     async def ready(self):
-        ok = "retrieve" not in self.fail
-        return {"retriever": {"ready": ok}, "reranker": {"ready": True, "reranker": "none"},
-                "generator": {"ready": True}}
+        reranker = RerankerReady(ready=True, reranker="none", precision="fp32", computes="fp32 on cpu")
+        if "retrieve" in self.fail:  # nothing published, and a generator that did not answer the probe
+            return {"retriever": RetrieverReady(ready=False, reason="no index version is published yet"),
+                    "reranker": reranker, "generator": Unanswered(ready=False, error="no answer within 3 s")}
+        return {"retriever": RetrieverReady(ready=True, index_version=3, dataset_version=None,
+                                            embedder="all-MiniLM-L6-v2", chunks=2, computes="onnx fp32 on cpu"),
+                "reranker": reranker, "generator": GeneratorReady(ready=True, generator="SmolLM2", engine="hf")}
 
 
 class WordCounter:
@@ -189,6 +194,7 @@ def test_models_embeddings_retrieve_rerank(client, stages):
     assert np.frombuffer(base64.b64decode(b64["data"][0]["embedding"]), "<f4").tolist() == [0.5, -0.25, 1.0]
     hits = client.post("/v1/retrieve", headers=AUTH, json={"query": "zebra", "top_k": 1}).json()
     assert [h["doc_id"] for h in hits["hits"]] == ["zebra"] and hits["index_version"] == 3
+    assert hits["hits"][0] == HIT.model_dump()  # the passage itself is the wire shape, rerank_score (null) included
     rr = client.post("/v1/rerank", headers=AUTH, json={"query": "zebra", "documents": ["x", "y"]}).json()
     assert rr["reranker"] == "none" and [x["index"] for x in rr["results"]] == [0, 1]
     assert rr["results"][0]["relevance_score"] is None  # no model: no invented scores
@@ -288,7 +294,13 @@ def test_overload_not_ready_and_internal_errors(client, stages):
     assert r.headers["retry-after"] == "1"
     stages.fail = {"retrieve": NotReady("no index version is published yet")}
     error(client.post("/v1/retrieve", json={"query": "z"}, headers=AUTH), 503, "not_ready")
-    assert client.get("/readyz", headers=AUTH).status_code == 503
+    r = client.get("/readyz", headers=AUTH)
+    assert r.status_code == 503
+    body = r.json()  # what each stage said, and nothing it did not (no nulls for a not-ready retriever's fields)
+    assert body["ready"] is False
+    assert body["retriever"] == {"ready": False, "reason": "no index version is published yet"}
+    assert body["generator"] == {"ready": False, "error": "no answer within 3 s"}
+    assert set(body["admission"]) == {"running", "tokens_per_s", "share_of_max_tokens", "budget_s"}
     stages.fail = {"rerank": KeyError("secret internals")}
     e = error(client.post("/v1/query", json={"question": "zebras?"}, headers=AUTH), 500, "internal_error")
     assert "secret internals" not in e["message"]
@@ -430,3 +442,61 @@ def test_generations_past_what_can_finish_in_time_are_refused_at_once_streamed_o
         assert admission["running"] == 0 and admission["tokens_per_s"] > 0, admission
         assert client.post("/v1/query", json={"question": "Zebras?", "stream": True}, headers=AUTH).status_code == 200
         assert client.get("/readyz", headers=AUTH).json()["admission"]["running"] == 0  # the stream gave it back
+
+
+def test_openapi_describes_every_body_and_what_the_routes_send_matches_it(client, stages):
+    """Every route declares its 200 body and its error bodies (`{"error": {...}}`, not FastAPI's `detail`), and
+    real responses, success and error, streamed or not, validate against /openapi.json as schemathesis checks them
+    against the deployed graph (tests/integration/test_serve.py)."""
+    import schemathesis
+
+    spec = client.get("/openapi.json", headers=AUTH).json()
+    error_ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            responses = op["responses"]
+            ok = responses["200"]["content"]["application/json"]["schema"]
+            assert ok.get("$ref") or ok.get("type") == "object", (method, path, ok)  # not `{}`: an undescribed body
+            if path == "/healthz":  # open, and answers nothing else
+                continue
+            assert responses["401"]["content"]["application/json"]["schema"] == error_ref, (method, path)
+            assert responses["500"]["content"]["application/json"]["schema"] == error_ref, (method, path)
+            if op.get("requestBody") or op.get("parameters"):
+                assert responses["422"]["content"]["application/json"]["schema"] == error_ref, (method, path)
+            if op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {}).get(
+                    "$ref", "").endswith(("QueryRequest", "ChatCompletionRequest")):
+                assert "text/event-stream" in responses["200"]["content"], (method, path)
+
+    schema = schemathesis.openapi.from_dict(spec)
+    question = {"question": "zebras?"}
+    chat = {"messages": [{"role": "user", "content": "zebras?"}]}
+    calls = [
+        ("GET", "/healthz", "/healthz", None), ("GET", "/readyz", "/readyz", None),
+        ("GET", "/v1/models", "/v1/models", None), ("GET", "/v1/status", "/v1/status", None),
+        ("GET", "/v1/chunks/{chunk_id}", "/v1/chunks/c1", None),
+        ("GET", "/v1/chunks/{chunk_id}", "/v1/chunks/nope", None),  # 404
+        ("POST", "/v1/retrieve", "/v1/retrieve", {"query": "zebra"}),
+        ("POST", "/v1/retrieve", "/v1/retrieve", {"query": "zebra", "top_k": 0}),  # 422
+        ("POST", "/v1/rerank", "/v1/rerank", {"query": "zebra", "documents": ["x", "y"]}),
+        ("POST", "/v1/embeddings", "/v1/embeddings", {"input": ["a", "b"]}),
+        ("POST", "/v1/embeddings", "/v1/embeddings", {"input": "a", "encoding_format": "base64"}),
+        ("POST", "/v1/embeddings", "/v1/embeddings", {"input": "a", "model": "other"}),  # 404
+        ("POST", "/v1/query", "/v1/query", question), ("POST", "/v1/query", "/v1/query", {**question, "stream": True}),
+        ("POST", "/v1/chat/completions", "/v1/chat/completions", chat),
+        ("POST", "/v1/chat/completions", "/v1/chat/completions",
+         {**chat, "stream": True, "stream_options": {"include_usage": True}}),
+    ]
+    seen = set()
+    for method, path, url, body in calls:
+        for headers in (AUTH, {}):
+            r = client.request(method, url, json=body, headers=headers)
+            documented = spec["paths"][path][method.lower()]["responses"]
+            assert str(r.status_code) in documented, (method, url, r.status_code, r.text)
+            schema[path][method].validate_response(r)  # raises with what does not match
+            seen.add(r.status_code)
+    stages.fail = {"retrieve": NotReady("no index version is published yet")}
+    for method, path, body in (("GET", "/readyz", None), ("POST", "/v1/retrieve", {"query": "zebra"})):
+        r = client.request(method, path, json=body, headers=AUTH)
+        assert r.status_code == 503
+        schema[path][method].validate_response(r)
+    assert seen == {200, 401, 404, 422}

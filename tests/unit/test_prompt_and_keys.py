@@ -14,7 +14,8 @@ def words(messages):  # a stand-in tokenizer: one token per word
 
 
 def passage(title: str, text: str) -> Passage:
-    return Passage(chunk_id=f"{title}#0", doc_id=title, source=f"/d/{title}.md", title=title, text=text, score=0.5)
+    return Passage(chunk_id=f"{title}#0", doc_id=title, chunk_index=0, source=f"/d/{title}.md", title=title, text=text,
+                   start_char=0, end_char=len(text), score=0.5)
 
 
 PASSAGES = [passage(f"T{i}", " ".join(["w"] * 50)) for i in range(5)]

@@ -1,0 +1,34 @@
+"""The one passage type: a chunk table's row and the passage made from it name the same fields, so a field added to
+chunks is added in app/passage.py and reaches every stage and the wire."""
+
+import pickle
+
+import pyarrow as pa
+
+from app.dataset import CHUNK_COLUMNS
+from app.index.search import ChunkTable
+from app.passage import ChunkRow, Passage
+
+ROW: ChunkRow = {"chunk_id": "c1", "doc_id": "zebra", "chunk_index": 2, "source": "/d/z.txt", "title": "Zebras",
+                 "text": "Zebras cross the Mara river in July.", "start_char": 40, "end_char": 76,
+                 "metadata": '{"lang": "en"}'}
+PASSAGE_ONLY = {"rank", "score", "rerank_score"}  # what a search adds to a row
+
+
+def test_a_row_and_a_passage_name_the_same_chunk_fields():
+    assert list(ChunkRow.__annotations__) == CHUNK_COLUMNS  # the parquet columns, in order
+    assert set(Passage.model_fields) - PASSAGE_ONLY == set(CHUNK_COLUMNS) - {"metadata"}
+
+
+def test_a_search_hit_is_its_row_with_its_rank_and_score():
+    table = ChunkTable(pa.Table.from_pylist([ROW]))
+    p = Passage.from_row(table.rows([0])[0], rank=1, score=0.5)
+    assert p.model_dump() == {**{k: v for k, v in ROW.items() if k != "metadata"}, "rank": 1, "score": 0.5,
+                              "rerank_score": None}
+    reranked = p.model_copy(update={"rerank_score": 2.5})  # frozen: the reranker's copy, the retriever's unchanged
+    assert (p.rerank_score, reranked.rerank_score) == (None, 2.5)
+
+
+def test_a_passage_crosses_a_deployment_handle_as_it_is():
+    p = Passage.from_row(ROW, rank=3, score=0.25)
+    assert pickle.loads(pickle.dumps(p)) == p
