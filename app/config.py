@@ -16,11 +16,14 @@ from app.config_files import format_validation_error, merge, parse_overrides, re
 from app.errors import UserError
 
 
-class _Config(BaseModel):
+class ConfigBase(BaseModel):
+    """The base of every config model, the app's and a training job's: unknown keys are errors and assignments are
+    validated, so a typo or a bad value never passes as a default."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class ReadConfig(_Config):
+class ReadConfig(ConfigBase):
     """How input files become documents."""
 
     id_fields: list[str] = Field(
@@ -51,7 +54,7 @@ class ReadConfig(_Config):
     )
 
 
-class NormalizeConfig(_Config):
+class NormalizeConfig(ConfigBase):
     """Text clean-up before deduplication."""
 
     min_chars: int = Field(
@@ -59,7 +62,7 @@ class NormalizeConfig(_Config):
     )
 
 
-class DedupConfig(_Config):
+class DedupConfig(ConfigBase):
     """Exact and near-duplicate removal, across the run and against the latest published dataset."""
 
     exact: bool = Field(default=True, description="Drop documents whose normalised text hash was already seen.")
@@ -72,7 +75,7 @@ class DedupConfig(_Config):
     shingle_words: int = Field(default=5, ge=1, le=20, description="Words per shingle.")
 
 
-class ChunkConfig(_Config):
+class ChunkConfig(ConfigBase):
     """Chunking by the embedder's tokens."""
 
     chunk_tokens: int = Field(default=224, ge=16, description="Tokens per chunk (the embedder's tokenizer).")
@@ -88,7 +91,7 @@ class ChunkConfig(_Config):
         return self
 
 
-class EmbedConfig(_Config):
+class EmbedConfig(ConfigBase):
     """The embedding model and how it runs in the pipeline."""
 
     model: str = Field(
@@ -130,7 +133,7 @@ class EmbedConfig(_Config):
         return self
 
 
-class IngestConfig(_Config):
+class IngestConfig(ConfigBase):
     """The streaming ingestion pipeline."""
 
     read: ReadConfig = Field(default_factory=ReadConfig)
@@ -145,7 +148,7 @@ class IngestConfig(_Config):
     rows_per_file: int = Field(default=50_000, ge=1, description="Most chunk rows in one parquet shard.")
 
 
-class IndexConfig(_Config):
+class IndexConfig(ConfigBase):
     """How an index version is built from a dataset version."""
 
     exact_max_vectors: int = Field(
@@ -169,7 +172,7 @@ class IndexConfig(_Config):
     stopwords: str | None = Field(default="en", description="bm25s stopword list ('en') or none.")
 
 
-class SearchConfig(_Config):
+class SearchConfig(ConfigBase):
     """Query-time retrieval."""
 
     mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid", description="Default search mode.")
@@ -180,7 +183,7 @@ class SearchConfig(_Config):
     lexical_weight: float = Field(default=1.0, ge=0, description="RRF weight of the BM25 ranking.")
 
 
-class RetrieverConfig(_Config):
+class RetrieverConfig(ConfigBase):
     """The Retriever deployment: which index version it serves and how it batches query embeddings."""
 
     index_version: int | None = Field(
@@ -196,7 +199,7 @@ class RetrieverConfig(_Config):
     )
 
 
-class RerankerConfig(_Config):
+class RerankerConfig(ConfigBase):
     """The Reranker deployment: a sentence-transformers CrossEncoder over the retriever's candidates."""
 
     model: str | None = Field(
@@ -224,7 +227,7 @@ class RerankerConfig(_Config):
         "fill before scoring what has arrived.")
 
 
-class GeneratorConfig(_Config):
+class GeneratorConfig(ConfigBase):
     """The generator stage: the cited prompt (Generator deployment) and the engine that answers it."""
 
     engine: Literal["vllm", "transformers", "openai"] = Field(
@@ -316,7 +319,7 @@ class GeneratorConfig(_Config):
         return self.max_model_len or self.max_context_tokens
 
 
-class ApiConfig(_Config):
+class ApiConfig(ConfigBase):
     """The HTTP ingress: limits on what callers may send."""
 
     max_body_bytes: int = Field(default=65_536, ge=1024, description="Largest request body; larger gets 413.")
@@ -363,7 +366,7 @@ class ApiConfig(_Config):
                                       "share with them (it matters only while other keys are active). 0: off.")
 
 
-class ServeConfig(_Config):
+class ServeConfig(ConfigBase):
     """The Serve graph: retriever → reranker → generator behind the ingress."""
 
     poll_interval_s: float = Field(
@@ -377,7 +380,7 @@ class ServeConfig(_Config):
     api: ApiConfig = Field(default_factory=ApiConfig)
 
 
-class AppConfig(_Config):
+class AppConfig(ConfigBase):
     """Everything Ragline reads from a config file."""
 
     storage: str | None = Field(
