@@ -96,6 +96,6 @@ class Generator:
                 out["llm"], out["computes"] = await asyncio.wait_for(
                     asyncio.gather(self.engine.served(), self.engine.computes()), READY_TIMEOUT_S)
             except Exception as e:  # not deployed yet, starting, or failed: say which, do not raise
-                return {**out, "ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is not ready: "
+                return {**out, "ready": False, "llm": f"the LLM application {self.cfg.vllm.llm_app!r} is not ready: "
                         f"{type(e).__name__}: {e}"[:300]}
         return out

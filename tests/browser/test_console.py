@@ -32,7 +32,7 @@ ARTIFACTS = Path(os.environ.get("RAGLINE_TEST_ARTIFACTS", ROOT / "test-artifacts
 # runs to max_new_tokens and streams for a few seconds.
 DEPLOYMENT_OPTIONS = {name: {"ray_actor_options": {"num_cpus": 0.05}}
                       for name in ("Ingress", "Retriever", "Reranker", "Generator")}
-OVERRIDES = ["serve.generator.stop=[]", "serve.generator.max_new_tokens=48", "serve.generator.kv_cache_gib=1"]
+OVERRIDES = ["serve.generator.stop=[]", "serve.generator.max_new_tokens=48", "serve.generator.vllm.kv_cache_gib=1"]
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                 reason="Debian's chromium is not installed (scripts/test.sh installs it as root)")

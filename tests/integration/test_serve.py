@@ -37,7 +37,7 @@ DEPLOYMENT_OPTIONS = {
 # a 1 GiB KV cache is plenty for these answers; two LLM replicas (a model swap) fit beside the graph. Requests
 # ask for short answers (max_tokens); the budget is long, and no stop string ends it, so the abort test can start
 # a long one. Admission's budget is 20 s instead of half the 120 s deadline, so the burst test takes ~20 s.
-OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
+OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.vllm.kv_cache_gib=1",
              "serve.poll_interval_s=0.5", "serve.api.generation_budget_s=20"]
 
 
