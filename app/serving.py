@@ -192,9 +192,9 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
     if graph is None:
         raise Conflict("no Ragline graph is being served: start one with `ragline serve`")
     llm = next((a for n, a in apps.items() if a["import_path"] == LLM and n not in CANDIDATES), None)
-    overrides = [f"serve.generator.model={model}", f"serve.generator.llm_app={CANDIDATE_LLM}",
-                 "serve.generator.cpus=0.05"]
-    # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.cpus), and its
+    overrides = [f"serve.generator.model={model}", f"serve.generator.vllm.llm_app={CANDIDATE_LLM}",
+                 "serve.generator.vllm.cpus=0.05"]
+    # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.vllm.cpus), and its
     # ray_actor_options come from its builder (the engine's environment): a config value would replace them
     copies: list[ApplicationConfig] = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
         _reserving_little(d) for d in graph.get("deployments") or []]}]

@@ -9,7 +9,7 @@ so only the step differs:
 
 - plain: fp32, logits at every position, all layers trained;
 - bf16: the same under `torch.autocast("cpu", bfloat16)` (AVX512-BF16 / AMX where the CPU has them);
-- bf16 + answer logits: the LM head only where the loss needs it (Ragline's `loss_of` / `model_inputs`);
+- bf16 + answer logits: the LM head only where the loss needs it (Ragline's `model_inputs` / `loss`);
 - rag_qa recipe: that, with the lowest `--freeze` blocks frozen (deployments/jobs/rag_qa.yaml).
 
 Tokens/s counts real (unpadded) tokens over the steps after the first; loss is the mean answer-token loss of the
@@ -44,8 +44,10 @@ from app.rag.prompt import rag_prompt  # noqa: E402
 from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.rag_qa import answer_for, with_gold  # noqa: E402
 from app.train.sft_data import collate_lm, encode  # noqa: E402
-from app.train.task import build_model, loss_of, model_inputs, resolve_model  # noqa: E402
+from app.train.tasks import TASKS  # noqa: E402
 from benchmarks.readme_tables import publish  # noqa: E402
+
+SFT = TASKS["sft"]  # the task this benchmark measures
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "plain": {"bf16": False, "answer_logits": False, "freeze": 0},
@@ -76,7 +78,7 @@ def examples(dataset: Path, n: int, tokenizer: Any) -> list[tuple[list[int], lis
 
 def run(name: str, flags: dict[str, Any], cfg: TrainJobConfig, path: str,
         batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    model = build_model(cfg.model_copy(update={"freeze_layers": flags["freeze"]}), path)
+    model = SFT.build_model(cfg.model_copy(update={"freeze_layers": flags["freeze"]}), path)
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     rates, loss = [], float("nan")
@@ -85,7 +87,7 @@ def run(name: str, flags: dict[str, Any], cfg: TrainJobConfig, path: str,
         autocast = torch.autocast("cpu", dtype=torch.bfloat16) if flags["bf16"] else contextlib.nullcontext()
         with autocast:
             if flags["answer_logits"]:
-                value = loss_of(cfg, model(**model_inputs(cfg, batch, torch.device("cpu"))), batch)
+                value = SFT.loss(model(**SFT.model_inputs(cfg, batch, torch.device("cpu"))), batch)
             else:
                 value = model(**batch).loss
         value.backward()
@@ -113,7 +115,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg = TrainJobConfig.model_validate({"task": "sft", "model": args.model, "sft": {"paths": ["unused.jsonl"]},
                                          "lr": 1e-4})
-    path = resolve_model(cfg)
+    path = SFT.resolve_model(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
     rows = examples(Path(args.dataset), args.steps * args.batch, tokenizer)
     batches = [collate_lm({"input_ids": np.array([x for x, _ in rows[i:i + args.batch]], dtype=object),

@@ -4,7 +4,7 @@ one run.
 
 The plain loop gets every core (torch threads = all CPUs); each Ray worker gets its share (one core), so the ratio
 is what data parallelism costs on this machine: the goal is overhead, not speed-up. Both sides compute the same
-step (Ragline's `collate_lm` with the job's `pad_to_multiple_of`, `model_inputs` / `loss_of`, its fused AdamW
+step (Ragline's `collate_lm` with the job's `pad_to_multiple_of`, `model_inputs` / `loss`, its fused AdamW
 `strategies.adamw`, clipping, `--grad-accum` micro-batches per optimizer step, the DDP side skipping the all-reduce
 inside the window with `no_sync`), so only distribution differs.
 Throughput is wall-clock: real (unpadded) tokens of optimizer steps 2 .. N-1 over the time from the end of step 1
@@ -40,8 +40,10 @@ from app.train.config import TrainJobConfig  # noqa: E402
 from app.train.run import run_training  # noqa: E402
 from app.train.sft_data import SFTTokenize, collate_lm  # noqa: E402
 from app.train.strategies import adamw  # noqa: E402
-from app.train.task import build_model, loss_of, model_inputs, resolve_model  # noqa: E402
+from app.train.tasks import TASKS  # noqa: E402
 from benchmarks.readme_tables import publish  # noqa: E402
+
+SFT = TASKS["sft"]  # the task this benchmark measures
 
 SAMPLE = ROOT / "deployments" / "jobs" / "data" / "sft-sample.jsonl"
 # The 41-record sample repeated, so that an epoch outlasts the measured steps: Ray Data starts each epoch of a
@@ -56,11 +58,11 @@ STRATEGIES: dict[str, dict[str, Any]] = {"ddp": {"strategy": "ddp"}, "fsdp": {"s
 def plain_loop(cfg: TrainJobConfig) -> dict[str, float]:
     """What a user writes without Ray: tokenize, one model, AdamW, a loop over micro-batches of the global size."""
     torch.set_num_threads(os.cpu_count() or 1)
-    path = resolve_model(cfg)
+    path = SFT.resolve_model(cfg)
     tok = SFTTokenize(path, cfg.sft.model_dump())
     lines = [line for file in cfg.sft.paths for line in Path(file).read_text().splitlines() if line.strip()]
     rows = tok({"record": np.array(lines), "source": np.array(["x"] * len(lines))})
-    model = build_model(cfg, path)
+    model = SFT.build_model(cfg, path)
     opt = adamw(list(model.parameters()), cfg)
     size, cpu = WORKERS * cfg.batch_size, torch.device("cpu")
     ends, tokens, micro = [], [], 0
@@ -73,7 +75,7 @@ def plain_loop(cfg: TrainJobConfig) -> dict[str, float]:
             batch = collate_lm({"input_ids": np.array(rows["input_ids"][start:start + size], dtype=object),
                                 "labels": np.array(rows["labels"][start:start + size], dtype=object)},
                                tok.tokenizer.pad_token_id or 0, cfg.sft.pad_to_multiple_of)
-            (loss_of(cfg, model(**model_inputs(cfg, batch, cpu)), batch) / cfg.grad_accum).backward()
+            (SFT.loss(model(**SFT.model_inputs(cfg, batch, cpu)), batch) / cfg.grad_accum).backward()
             step_tokens += int(batch["attention_mask"].sum())
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm or 1.0)
         opt.step()

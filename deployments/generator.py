@@ -97,7 +97,7 @@ class Generator:
                 llm, computes = await asyncio.wait_for(
                     asyncio.gather(self.engine.served(), self.engine.computes()), READY_TIMEOUT_S)
             except Exception as e:  # not deployed yet, starting, or failed: say which, do not raise
-                return out.model_copy(update={"ready": False, "llm": f"the LLM application {self.cfg.llm_app!r} is "
-                                              f"not ready: {type(e).__name__}: {e}"[:300]})
+                why = f"the LLM application {self.cfg.vllm.llm_app!r} is not ready: {type(e).__name__}: {e}"
+                return out.model_copy(update={"ready": False, "llm": why[:300]})
             return out.model_copy(update={"llm": llm, "computes": computes})
         return out

@@ -77,19 +77,20 @@ class FilesAreLocal(CallbackBase):
 
 def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
     """What `build_llm_deployment` needs; `model_source` is filled in by the replica (`RaglineLLMServer`)."""
+    vllm = gen.vllm
     engine_kwargs: dict[str, object] = {
-        "dtype": gen.dtype, "enforce_eager": gen.enforce_eager, "max_model_len": gen.context_len,
-        "max_num_seqs": gen.max_num_seqs, "enable_prefix_caching": gen.enable_prefix_caching}
-    if gen.device == "gpu":
-        engine_kwargs |= {"tensor_parallel_size": gen.tensor_parallel_size,
-                          "gpu_memory_utilization": gen.gpu_memory_utilization}
-        bundles = [{"GPU": 1, "CPU": gen.cpus}] + [{"GPU": 1}] * (gen.tensor_parallel_size - 1)
+        "dtype": vllm.dtype, "enforce_eager": vllm.enforce_eager, "max_model_len": gen.context_len,
+        "max_num_seqs": vllm.max_num_seqs, "enable_prefix_caching": vllm.enable_prefix_caching}
+    if vllm.device == "gpu":
+        engine_kwargs |= {"tensor_parallel_size": vllm.tensor_parallel_size,
+                          "gpu_memory_utilization": vllm.gpu_memory_utilization}
+        bundles = [{"GPU": 1, "CPU": vllm.cpus}] + [{"GPU": 1}] * (vllm.tensor_parallel_size - 1)
         runtime_env = None
     else:
         # Without accelerator settings Ray Serve LLM asks for a GPU; on CPU the engine lives in one CPU bundle.
-        bundles = [{"CPU": gen.cpus}]
-        runtime_env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": f"{gen.kv_cache_gib:g}",
-                                    "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.reserved_cpus)}}
+        bundles = [{"CPU": vllm.cpus}]
+        runtime_env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": f"{vllm.kv_cache_gib:g}",
+                                    "VLLM_CPU_NUM_OF_RESERVED_CPU": str(vllm.reserved_cpus)}}
     # the replica actor takes no CPU beside the engine's bundle
     return LLMConfig(model_loading_config={"model_id": model_id}, engine_kwargs=engine_kwargs,
                      placement_group_config={"bundles": bundles}, runtime_env=runtime_env,
@@ -130,8 +131,9 @@ class RaglineLLMServer(LLMServer):
                              "(`ragline models promote NAME VERSION`)")
         source, self.label = found
         # The dtype is chosen here, on the engine's own node: bf16 only where this CPU computes it natively.
-        self.dtype = hardware.generator_dtype(gen.dtype, gen.device)
-        log.info("vLLM %s on %s (serve.generator.dtype %s)", self.dtype, hardware.detect().summary(), gen.dtype)
+        self.dtype = hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device)
+        log.info("vLLM %s on %s (serve.generator.vllm.dtype %s)", self.dtype, hardware.detect().summary(),
+                 gen.vllm.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.
         config = llm_config.model_dump(exclude_unset=True)
         cfg = LLMConfig.model_validate({**config, "engine_kwargs": {**config["engine_kwargs"], "dtype": self.dtype},

@@ -34,8 +34,9 @@ GRAPH_DEPLOYMENT_OPTIONS = {
     "Reranker": {"ray_actor_options": {"num_cpus": 0.05}},
     "Generator": {"ray_actor_options": {"num_cpus": 0.05}},
 }
-GRAPH_OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]", "serve.generator.kv_cache_gib=1",
-                   "serve.poll_interval_s=0.5", "serve.api.generation_budget_s=20"]
+GRAPH_OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]",
+                   "serve.generator.vllm.kv_cache_gib=1", "serve.poll_interval_s=0.5",
+                   "serve.api.generation_budget_s=20"]
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from app.cli import eval as evaluation  # the module, not the builtin
 from app.cli.context import main_options
 from app.cli.render import fail
 from app.errors import RaglineError
+from app.train.tasks import TASKS
 
 app = typer.Typer(help="Ragline: documents to grounded answers on Ray.", no_args_is_help=True,
                   pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -41,8 +42,8 @@ app.command()(index.search)
 app.command()(serve.status)
 app.command()(serve.serve)
 app.command()(serve.query)
-for _task, _doc in train.TASKS.items():
-    train_app.command(_task)(train.train_command(_task, _doc))
+for _task in TASKS.values():  # one command per registered task
+    train_app.command(_task.name)(train.train_command(_task.name, _task.summary))
 train_app.command("status")(train.train_status)
 models_app.command("list")(models.models_list)
 models_app.command("promote")(models.models_promote)

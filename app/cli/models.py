@@ -67,10 +67,11 @@ def models_promote(
     from app.catalog import Catalog
     from app.eval.answers import Endpoint
     from app.promotion import PromotionResult, promote_generator
+    from app.train.tasks import task_named
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
-    stage = "generator" if catalog.get_model(name, version).task == "sft" else "reranker"
+    stage = task_named(catalog.get_model(name, version).task).stage
     if force or stage != "generator":
         catalog.promote(name, version)
         result = PromotionResult(name=name, version=version, forced=force)

@@ -135,7 +135,7 @@ def computes(c: Context) -> Computes:
                     embedder=f"{embedder.choose_runtime(ec.runtime, ec.model, device)} "
                              f"{hardware.choose_precision(ec.precision, device)}",
                     reranker=hardware.choose_precision(c.cfg.serve.reranker.precision, "cpu"),
-                    generator=hardware.generator_dtype(gen.dtype, gen.device))
+                    generator=hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device))
 
 
 def cluster_status(c: Context) -> ClusterStatus:

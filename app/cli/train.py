@@ -70,7 +70,7 @@ def wait_for_training(service: Any, name: str, quiet: bool) -> TrainRunRecord:
 
 
 def train_command(task: str, doc: str) -> Callable[..., None]:
-    """`ragline train <task>`: the same options for both tasks."""
+    """`ragline train <task>`: the same options for every task."""
 
     def command(
         ctx: typer.Context, config: JobConfigOpt = None, set_: JobSetOpt = None,
@@ -83,10 +83,6 @@ def train_command(task: str, doc: str) -> Callable[..., None]:
 
     command.__doc__ = doc
     return command
-
-
-TASKS = {"sft": "Supervised fine-tuning of a causal LM (chat template applied, loss on the responses only).",
-         "reranker": "A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs with hard negatives."}
 
 
 def train_status(

@@ -130,7 +130,7 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
-        self.app = cfg.llm_app
+        self.app = cfg.vllm.llm_app
         self.model = cfg.model
         self._llm: Any = None
 
@@ -196,9 +196,10 @@ class OpenAIEngine:
     def __init__(self, cfg: GeneratorConfig):
         from openai import AsyncOpenAI
 
-        assert cfg.base_url, "validated by GeneratorConfig"
-        self.client = AsyncOpenAI(base_url=cfg.base_url, api_key=envs.secret(cfg.api_key_env) or "none",
-                                  timeout=cfg.request_timeout_s)
+        server = cfg.openai
+        assert server.base_url, "validated by GeneratorConfig"
+        self.client = AsyncOpenAI(base_url=server.base_url, api_key=envs.secret(server.api_key_env) or "none",
+                                  timeout=server.request_timeout_s)
         self.model = cfg.model
 
     def count_tokens(self, messages: list[Message]) -> int:

@@ -11,21 +11,16 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from app.config import AppConfig, GeneratorConfig, SearchConfig
+from app.config import AppConfig, ConfigBase, GeneratorConfig, SearchConfig
 from app.config_files import format_validation_error, merge, parse_overrides, read_yaml_mapping
 from app.errors import UserError
 
-DEFAULT_MODELS = {"sft": "SmolLM2-135M-Instruct", "reranker": "all-MiniLM-L6-v2"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class RagQAConfig(_Config):
+class RagQAConfig(ConfigBase):
     """QA examples in the serving format, built from a question set and the index: each is the exact prompt the
     generator serves for the question (its system prompt, the passages the index retrieves, the question), then
     a short answer citing the passage that holds it, or the configured "I don't know" when none does."""
@@ -52,7 +47,7 @@ class RagQAConfig(_Config):
                                         "config's `search`.")
 
 
-class SFTDataConfig(_Config):
+class SFTDataConfig(ConfigBase):
     """Instruction/response or chat-message records for supervised fine-tuning."""
 
     paths: list[str] = Field(default_factory=list, description="jsonl or parquet files (local or s3:// / gs://).")
@@ -82,7 +77,7 @@ class SFTDataConfig(_Config):
                                  "should come shuffled (rag_qa questions do). 0: off.")
 
 
-class RerankerDataConfig(_Config):
+class RerankerDataConfig(ConfigBase):
     """Where (query, positive) pairs come from and how hard negatives are mined."""
 
     beir_dir: str | None = Field(default=None, description="BEIR-style dataset directory (corpus.jsonl, "
@@ -105,7 +100,7 @@ class RerankerDataConfig(_Config):
                             "cross-encoder reads.")
 
 
-class LoraConfig(_Config):
+class LoraConfig(ConfigBase):
     """LoRA adapters (peft); merged into the base weights on export."""
 
     r: int = Field(default=16, ge=1, description="Adapter rank.")
@@ -114,14 +109,15 @@ class LoraConfig(_Config):
     target_modules: list[str] | str = Field(default="all-linear", description="Modules that get adapters.")
 
 
-class TrainJobConfig(_Config):
+class TrainJobConfig(ConfigBase):
     """One fine-tuning job."""
 
-    task: Literal["sft", "reranker"] = Field(description="sft: causal-LM fine-tuning; reranker: a cross-encoder.")
+    task: str = Field(description="A registered training task (app/train/tasks.py): sft, causal-LM "
+                      "fine-tuning; reranker, a cross-encoder.")
     name: str | None = Field(default=None, description="Run name. Starting a run with the name of one that "
                              "stopped resumes it from its latest checkpoint. None: <task>-<timestamp>.")
-    model: str | None = Field(default=None, description="Packaged name, local directory or hub id. None: "
-                              "SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker).")
+    model: str | None = Field(default=None, description="Packaged name, local directory or hub id. None: the "
+                              "task's default, SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker).")
     register_as: str | None = Field(default=None, description="Catalog model name the export is registered "
                                     "under. None: the task name ('sft' or 'reranker').")
     sft: SFTDataConfig = Field(default_factory=SFTDataConfig)
@@ -187,8 +183,19 @@ class TrainJobConfig(_Config):
     chaos_fail_at_step: int | None = Field(default=None, ge=1, description="Testing fault tolerance: the last "
                                            "worker exits abruptly once, when it reaches this step.")
 
+    @field_validator("task")
+    @classmethod
+    def _registered(cls, task: str) -> str:
+        from app.train.tasks import TASKS, unknown  # the task modules read these config classes: imported late
+
+        if task not in TASKS:
+            raise ValueError(unknown(task))
+        return task
+
     @model_validator(mode="after")
     def _check(self) -> TrainJobConfig:
+        from app.train.tasks import TASKS
+
         if self.name is not None and not NAME_RE.match(self.name):
             raise ValueError(f"name {self.name!r} must be 1-64 letters, digits, '_', '.', '-'")
         if self.register_as is not None and not NAME_RE.match(self.register_as):
@@ -199,19 +206,18 @@ class TrainJobConfig(_Config):
             raise ValueError("offload_params needs strategy deepspeed with zero_stage 3")
         if self.offload_optimizer and self.strategy != "deepspeed":
             raise ValueError("offload_optimizer needs strategy deepspeed")
-        if self.task == "sft" and not self.sft.paths and self.sft.rag_qa is None:
-            raise ValueError("sft.paths: give at least one jsonl or parquet file of training records (or sft.rag_qa)")
         if self.reranker.beir_dir and self.reranker.questions:
             raise ValueError("reranker: give beir_dir or questions, not both")
-        if self.task == "reranker" and (self.lora is not None or self.freeze_layers):
-            raise ValueError("lora and freeze_layers are for sft; the reranker is small enough to train whole")
         if self.lora is not None and self.freeze_layers:
             raise ValueError("freeze_layers is for full fine-tuning; with lora the base model is frozen already")
+        TASKS[self.task].validate(self)
         return self
 
     @property
     def model_name(self) -> str:
-        return self.model or DEFAULT_MODELS[self.task]
+        from app.train.tasks import TASKS
+
+        return self.model or TASKS[self.task].default_model
 
     @property
     def catalog_name(self) -> str:
@@ -222,7 +228,7 @@ def with_serving(cfg: TrainJobConfig, app: AppConfig) -> TrainJobConfig:
     """rag_qa examples are the serving graph's prompts: take its generator and search settings where the job
     leaves them out (they are then stored with the run and the model version)."""
     rq = cfg.sft.rag_qa
-    if cfg.task == "sft" and rq is not None:
+    if rq is not None:  # only the sft task reads it; filled in for another task's job it is unused
         rq.generator = rq.generator or app.serve.generator
         rq.search = rq.search or app.search
     return cfg

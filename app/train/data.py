@@ -25,6 +25,7 @@ from app.storage import Storage
 from app.train.config import TrainJobConfig
 from app.train.reranker_data import MineNegatives, PairTokenize, QueryRow, self_pairs
 from app.train.sft_data import SFTTokenize, group_by_length, pack
+from app.train.tasks import task_named
 
 SHOW_BAD = 5  # bad records named in the error
 # CPUs each preparation task or actor asks for: a fraction, so preparing data fits beside a Serve graph that holds
@@ -76,8 +77,7 @@ def prepare(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
     """The task's training rows, in the same order on every run: a stopped run that starts again skips exactly the
     examples its checkpoint had consumed."""
     with _ordered():
-        return prepare_sft(cfg, model_path, storage) if cfg.task == "sft" else \
-            prepare_reranker(cfg, model_path, storage)
+        return task_named(cfg.task).prepare(cfg, model_path, storage)
 
 
 @contextmanager

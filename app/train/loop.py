@@ -27,10 +27,8 @@ from app import tracking
 from app.storage import Storage
 from app.train import metrics
 from app.train.config import TrainJobConfig
-from app.train.reranker_data import collate_groups
-from app.train.sft_data import collate_lm
 from app.train.strategies import STRATEGIES
-from app.train.task import build_model, export, loss_of, model_inputs
+from app.train.tasks import export, task_named
 
 SHUFFLE_BUFFER = 256  # rows per worker mixed by the seeded local shuffle
 # Ray Train's controller takes one report per worker every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s) from a queue
@@ -51,7 +49,7 @@ class LoopConfig(TypedDict):
     """`train_loop`'s config: what the driver (`app.train.run`) tells every worker."""
 
     job: dict[str, object]  # the TrainJobConfig (`model_dump`)
-    model_path: str  # local directory or hub id (`app.train.task.resolve_model`)
+    model_path: str  # local directory or hub id (the task's `resolve_model`)
     pad_id: int
     total_steps: int  # optimizer steps of the whole run
     storage: str  # the storage root's URI
@@ -96,7 +94,8 @@ def train_loop(config: LoopConfig) -> None:
     random.seed(cfg.seed + rank)
     np.random.seed(cfg.seed + rank)
 
-    model = build_model(cfg, config["model_path"])
+    task = task_named(cfg.task)
+    model = task.build_model(cfg, config["model_path"])
     n_params = metrics.non_embedding_params(model)
     strategy = STRATEGIES[cfg.strategy](cfg, model, config["total_steps"], device)
     step = epoch = position = 0
@@ -112,15 +111,13 @@ def train_loop(config: LoopConfig) -> None:
     start_step = step  # reported with every metric: where this attempt began (0, or a checkpoint's step)
     nodes = _worker_nodes(world)  # reported too: the Ray node each rank runs on
     shard = ray.train.get_dataset_shard("train")
-    pad_id = config["pad_id"]
-    collate = (lambda b: collate_lm(b, pad_id, cfg.sft.pad_to_multiple_of)) if cfg.task == "sft" else \
-        (lambda b: collate_groups(b, pad_id))
+    collate = task.collate(cfg, config["pad_id"])
     storage = Storage(config["storage"])
     window = metrics.Window()
     last_saved = step if checkpoint else -1
     unreported_s = REPORT_EVERY_S  # the attempt's first step is reported
     done = step >= config["total_steps"]
-    grouped = cfg.task == "sft" and cfg.sft.group_by_length > 0  # micro-batches formed in the data already
+    grouped = task.batched_in_data(cfg)  # micro-batches formed in the data already
     while not done and epoch < cfg.epochs:
         batches = shard.iter_torch_batches(batch_size=cfg.batch_size, collate_fn=collate, drop_last=True,
                                            local_shuffle_buffer_size=None if grouped else SHUFFLE_BUFFER,
@@ -129,8 +126,8 @@ def train_loop(config: LoopConfig) -> None:
             if micro < position:  # consumed before the checkpoint we resumed from
                 continue
             t0 = time.perf_counter()
-            out = strategy.forward(model_inputs(cfg, batch, device), micro)
-            loss = loss_of(cfg, out, batch)
+            out = strategy.forward(task.model_inputs(cfg, batch, device), micro)
+            loss = task.loss(out, batch)
             stepped = strategy.backward(loss, micro)
             position = micro + 1
             window.add(loss.item(), int(batch["attention_mask"].sum()), len(batch["input_ids"]),

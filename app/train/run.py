@@ -14,15 +14,15 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Required, TypedDict, cast
 
 from app import tracking
 from app.catalog import Catalog, now_iso
-from app.errors import NotFound, UserError
+from app.errors import UserError
 from app.runs import RunRecord, RunStore
 from app.storage import Storage
 from app.train.config import TrainJobConfig
+from app.train.tasks import task_named
 
 if TYPE_CHECKING:  # Ray Data and torch: not for a CLI that only lists runs
     from app.train.data import DataCounts, DataSource
@@ -42,7 +42,7 @@ class TrainRunRecord(RunRecord, total=False):
     running run last reported, ahead of storage)."""
 
     name: Required[str]
-    task: Required[str]  # "sft" | "reranker"
+    task: Required[str]  # a registered task's name (app.train.tasks.TASKS)
     config: Required[dict[str, object]]  # the TrainJobConfig (`model_dump`), validated again when the run starts
     storage: Required[str]  # the storage root's URI
     submitted_at: str  # ISO 8601, UTC (`app.catalog.now_iso`), as are the other times; queued runs only
@@ -68,19 +68,9 @@ def run_name(cfg: TrainJobConfig) -> str:
 def validate(cfg: TrainJobConfig) -> str:
     """Checks that need no cluster (the model and the data exist); returns the resolved model path or hub id.
     Pass that on as `run_training(..., model_path=)` so the run does not check (and resolve) it all over again."""
-    from app.ingest.inputs import expand
-    from app.train.task import resolve_model
-
-    if cfg.task == "sft":
-        if cfg.sft.paths:
-            expand(cfg.sft.paths)
-        if cfg.sft.rag_qa is not None and not Path(cfg.sft.rag_qa.dataset).is_file():
-            raise NotFound(f"sft.rag_qa.dataset {cfg.sft.rag_qa.dataset} is not a file")
-    elif cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
-        raise NotFound(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
-    elif cfg.reranker.questions and not Path(cfg.reranker.questions).is_file():
-        raise NotFound(f"reranker.questions {cfg.reranker.questions} is not a file")
-    return resolve_model(cfg)
+    task = task_named(cfg.task)
+    task.check_inputs(cfg)
+    return task.resolve_model(cfg)
 
 
 def training_runs(storage: Storage) -> RunStore[TrainRunRecord]:

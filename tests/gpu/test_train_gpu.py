@@ -59,7 +59,7 @@ def test_vllm_loads_the_exported_sft_model(gpu_ray, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the gpu extra (vllm)")
 def test_the_llm_application_serves_on_gpu(gpu_ray, tmp_path):
-    """deployments/llm.py with serve.generator.device=gpu: Ray Serve LLM places vLLM on a GPU bundle and streams
+    """deployments/llm.py with serve.generator.vllm.device=gpu: Ray Serve LLM places vLLM on a GPU bundle and streams
     a chat completion by handle, as the Generator calls it. Unrun where no GPU machine was at hand."""
     from ray import serve
 
@@ -69,7 +69,7 @@ def test_the_llm_application_serves_on_gpu(gpu_ray, tmp_path):
     from app.rag.engines import ServeLLMEngine
     from deployments.llm import LLMArgs, build_llm_app
 
-    overrides = ["serve.generator.device=gpu", "serve.generator.gpu_memory_utilization=0.3",
+    overrides = ["serve.generator.vllm.device=gpu", "serve.generator.vllm.gpu_memory_utilization=0.3",
                  "serve.generator.max_context_tokens=1024"]
     serve.run(build_llm_app(LLMArgs(storage=str(tmp_path / "store"), overrides=overrides)), name="ragline-llm",
               route_prefix=None)

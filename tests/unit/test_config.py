@@ -70,3 +70,15 @@ def test_serve_config_for_another_machine_carries_the_config_inline(tmp_path):
     assert (cfg.search.top_k, cfg.search.mode) == (3, "dense")
     with pytest.raises(ValueError, match=r"(?s)inline config.*top_kk"):
         load_config(None, [], inline={"search": {"top_kk": 3}})
+
+
+def test_the_app_and_the_training_jobs_share_one_config_base():
+    from pydantic import BaseModel
+
+    from app import config as app_config
+    from app.train import config as job_config
+
+    models = [v for m in (app_config, job_config) for v in vars(m).values()
+              if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == m.__name__]
+    assert len(models) > 10 and all(issubclass(m, app_config.ConfigBase) for m in models)
+    assert all(m.model_config["extra"] == "forbid" for m in models)

@@ -16,15 +16,17 @@ from deployments.llm import llm_config
 
 
 @pytest.mark.parametrize(("override", "field"), [
-    ("serve.generator.kv_cache_gib=0", "kv_cache_gib"),
-    ("serve.generator.max_num_seqs=0", "max_num_seqs"),
-    ("serve.generator.dtype=int3", "dtype"),
-    ("serve.generator.device=tpu", "device"),
-    ("serve.generator.reserved_cpus=-1", "reserved_cpus"),
-    ("serve.generator.gpu_memory_utilization=1.5", "gpu_memory_utilization"),
-    ("serve.generator.max_model_len=1024", "max_model_len (1024) is below max_context_tokens"),
-    ("serve.generator.tensor_parallel_size=2", "tensor_parallel_size > 1 needs device gpu"),
+    ("serve.generator.vllm.kv_cache_gib=0", "vllm.kv_cache_gib"),
+    ("serve.generator.vllm.max_num_seqs=0", "vllm.max_num_seqs"),
+    ("serve.generator.vllm.dtype=int3", "vllm.dtype"),
+    ("serve.generator.vllm.device=tpu", "vllm.device"),
+    ("serve.generator.vllm.reserved_cpus=-1", "vllm.reserved_cpus"),
+    ("serve.generator.vllm.gpu_memory_utilization=1.5", "vllm.gpu_memory_utilization"),
+    ("serve.generator.vllm.max_model_len=1024", "vllm.max_model_len (1024) is below max_context_tokens"),
+    ("serve.generator.vllm.tensor_parallel_size=2", "tensor_parallel_size > 1 needs device gpu"),
     ("serve.generator.max_new_tokens=4000", "max_new_tokens (4000) must be below max_context_tokens"),
+    ("serve.generator.engine=openai", "engine openai needs openai.base_url"),
+    ("serve.generator.openai.request_timeout_s=0", "openai.request_timeout_s"),
 ])
 def test_bad_generator_settings_are_named_before_anything_deploys(override, field):
     with pytest.raises(ValueError, match=r"serve\.generator") as e:
@@ -34,20 +36,48 @@ def test_bad_generator_settings_are_named_before_anything_deploys(override, fiel
 
 def test_defaults_are_vllm_on_cpu_with_prefix_caching():
     gen = GeneratorConfig()
-    assert gen.engine == "vllm" and gen.device == "cpu" and gen.enable_prefix_caching and gen.enforce_eager
+    vllm = gen.vllm
+    assert gen.engine == "vllm" and vllm.device == "cpu" and vllm.enable_prefix_caching and vllm.enforce_eager
     assert gen.context_len == gen.max_context_tokens == 2048
-    assert GeneratorConfig(max_model_len=4096).context_len == 4096
+    assert GeneratorConfig(vllm={"max_model_len": 4096}).context_len == 4096
+
+
+def test_engine_options_are_dotted_under_their_engine():
+    cfg = load_config(None, ["serve.generator.vllm.kv_cache_gib=1", "serve.generator.vllm.device=gpu",
+                             "serve.generator.openai.api_key_env=MY_KEY"]).serve.generator
+    assert cfg.vllm.kv_cache_gib == 1 and cfg.vllm.device == "gpu" and cfg.openai.api_key_env == "MY_KEY"
+    assert cfg.vllm.max_num_seqs == 64  # the section's other options keep their defaults
+    cfg = GeneratorConfig.model_validate({"engine": "openai", "openai": {"base_url": "http://llm:8000/v1"}})
+    assert cfg.openai.base_url == "http://llm:8000/v1"
+
+
+@pytest.mark.parametrize(("override", "where"), [
+    ("serve.generator.kv_cache_gib=1", "kv_cache_gib is an option of the vllm engine: give it as vllm.kv_cache_gib"),
+    ("serve.generator.device=gpu", "device is an option of the vllm engine: give it as vllm.device"),
+    ("serve.generator.llm_app=x", "llm_app is an option of the vllm engine: give it as vllm.llm_app"),
+    ("serve.generator.base_url=http://llm/v1",
+     "base_url is an option of the openai engine: give it as openai.base_url"),
+])
+def test_an_engine_option_at_the_old_flat_place_says_where_it_goes(override, where):
+    with pytest.raises(ValueError, match=r"serve\.generator: ") as e:
+        load_config(None, [override])
+    assert where in str(e.value)
+
+
+def test_an_unknown_engine_option_is_named_in_its_section():
+    with pytest.raises(ValueError, match=r"serve\.generator\.vllm\.kv_cache: Extra inputs are not permitted"):
+        load_config(None, ["serve.generator.vllm.kv_cache=1"])
 
 
 def test_llm_config_on_cpu_and_gpu():
-    cpu = llm_config(GeneratorConfig(kv_cache_gib=1.5, reserved_cpus=1, cpus=0.5), "m")
+    cpu = llm_config(GeneratorConfig(vllm={"kv_cache_gib": 1.5, "reserved_cpus": 1, "cpus": 0.5}), "m")
     assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
     assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1.5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
     assert cpu.engine_kwargs == {"dtype": "auto", "enforce_eager": True, "max_model_len": 2048,
                                  "max_num_seqs": 64, "enable_prefix_caching": True}
     assert cpu.deployment_config["ray_actor_options"] == {"num_cpus": 0}
-    gpu = llm_config(GeneratorConfig(device="gpu", tensor_parallel_size=2, gpu_memory_utilization=0.8,
-                                     enforce_eager=False, cpus=2), "m")
+    gpu = llm_config(GeneratorConfig(vllm={"device": "gpu", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.8,
+                                           "enforce_eager": False, "cpus": 2}), "m")
     assert gpu.placement_group_config == {"bundles": [{"GPU": 1, "CPU": 2}, {"GPU": 1}]}
     assert gpu.engine_kwargs["tensor_parallel_size"] == 2 and gpu.engine_kwargs["gpu_memory_utilization"] == 0.8
     assert not gpu.runtime_env

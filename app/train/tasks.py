@@ -1,0 +1,88 @@
+"""The training tasks, each registered once (as torchtitan's `TrainSpec`): what a task trains, from which data, with
+which loss, and what it exports for which Serve stage. The job config, the driver, the data preparation, the
+training loop and the CLI look a task up here by `TrainJobConfig.task` instead of branching on its name, so a new
+task (an embedder, a question generator) is one module and one entry in `TASKS`.
+
+Nothing heavy is imported here or in the task modules at import time (torch, transformers, Ray Data): the CLI and
+the job config's validation read the registry too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from app.errors import UserError
+from app.train import reranker_task, sft_task
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from app.storage import Storage
+    from app.train.config import TrainJobConfig
+    from app.train.data import Prepared
+    from app.train.sft_data import Batch
+
+Stage = Literal["generator", "reranker"]  # the Serve graph's stage a task's models are promoted into
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """One training task's parts. Each hook takes the job config; none is optional, so a task cannot be half
+    registered (tests/unit/test_tasks.py checks each)."""
+
+    name: str  # `TrainJobConfig.task`, `ragline train <name>`, the catalog name by default
+    summary: str  # `ragline train <name> --help`
+    stage: Stage  # where a promoted model of this task is served (serve.<stage>.model=catalog:NAME)
+    default_model: str  # when the job names none: a packaged name, local directory or hub id
+    # config rules of this task beyond each field's own (raise ValueError: pydantic reports it as the config's)
+    validate: Callable[[TrainJobConfig], None]
+    check_inputs: Callable[[TrainJobConfig], None]  # before any cluster work: the data exists (NotFound)
+    resolve_model: Callable[[TrainJobConfig], str]  # a local directory (packaged defaults resolved) or a hub id
+    build_model: Callable[[TrainJobConfig, str], torch.nn.Module]  # fresh, the same on every rank
+    prepare: Callable[[TrainJobConfig, str, Storage], Prepared]  # the training rows as a Ray dataset
+    collate: Callable[[TrainJobConfig, int], Callable[[dict[str, np.ndarray]], Batch]]  # (cfg, pad id) → collate
+    batched_in_data: Callable[[TrainJobConfig], bool]  # rows come as formed micro-batches: no shuffle buffer
+    model_inputs: Callable[[TrainJobConfig, Batch, torch.device], dict[str, torch.Tensor]]
+    loss: Callable[[Any, Batch], torch.Tensor]  # (the model's output, the micro-batch) → the scalar loss
+    export: Callable[[TrainJobConfig, Any, str, Path], None]  # (cfg, trained model, model path, directory)
+
+
+TASKS: dict[str, TrainTask] = {t.name: t for t in (
+    TrainTask(name="sft", summary="Supervised fine-tuning of a causal LM (chat template applied, loss on the "
+              "responses only).", stage="generator", default_model="SmolLM2-135M-Instruct",
+              validate=sft_task.validate, check_inputs=sft_task.check_inputs, resolve_model=sft_task.resolve_model,
+              build_model=sft_task.build_model, prepare=sft_task.prepare, collate=sft_task.collate,
+              batched_in_data=sft_task.batched_in_data, model_inputs=sft_task.model_inputs, loss=sft_task.loss,
+              export=sft_task.export),
+    TrainTask(name="reranker", summary="A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs "
+              "with hard negatives.", stage="reranker", default_model="all-MiniLM-L6-v2",
+              validate=reranker_task.validate, check_inputs=reranker_task.check_inputs,
+              resolve_model=reranker_task.resolve_model, build_model=reranker_task.build_model,
+              prepare=reranker_task.prepare, collate=reranker_task.collate,
+              batched_in_data=reranker_task.batched_in_data, model_inputs=reranker_task.model_inputs,
+              loss=reranker_task.loss, export=reranker_task.export),
+)}
+
+
+def unknown(name: str) -> str:
+    return f"unknown training task {name!r}: the tasks are {', '.join(TASKS)}"
+
+
+def task_named(name: str) -> TrainTask:
+    """The registered task, or a UserError naming the known ones (a catalog model or run of a task this version
+    does not have)."""
+    if name not in TASKS:
+        raise UserError(unknown(name))
+    return TASKS[name]
+
+
+def export(cfg: TrainJobConfig, path: str, state: dict[str, torch.Tensor], directory: Path) -> None:
+    """The trained weights (`state`, the full state dict) in the task's own serving format in `directory`."""
+    task = task_named(cfg.task)
+    model = task.build_model(cfg.model_copy(update={"activation_checkpointing": False}), path)
+    model.load_state_dict(state)
+    task.export(cfg, model, path, directory)
