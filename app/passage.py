@@ -31,8 +31,9 @@ class ChunkRow(TypedDict):
     metadata: str
 
 
-class Passage(BaseModel):
-    """A retrieved chunk: [n] in an answer cites the n-th passage of its prompt."""
+class ChunkRef(BaseModel):
+    """Where a chunk is: its ids, its document's source and title, and its span in that document (characters). A
+    passage is a chunk with its text and scores; a cited source (/v1/chunks) is one with its whole document."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -41,9 +42,14 @@ class Passage(BaseModel):
     chunk_index: int
     source: str
     title: str
-    text: str
-    start_char: int  # the chunk's span in its source document (characters)
+    start_char: int
     end_char: int
+
+
+class Passage(ChunkRef):
+    """A retrieved chunk: [n] in an answer cites the n-th passage of its prompt."""
+
+    text: str
     rank: int = 0  # 1 for the retriever's best; 0: not retrieved (a gold passage put in by training)
     score: float = 0.0  # the retriever's
     rerank_score: float | None = None  # the cross-encoder's, once reranked

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
-from app.passage import Passage
+from app.passage import ChunkRef, Passage
 
 Message = dict[str, str]  # a chat turn: {"role", "content"}
 
@@ -51,20 +51,11 @@ class Ranking:
     scores: list[float] | None = None
 
 
-class Source(BaseModel):
+class Source(ChunkRef):
     """A cited chunk in its document, for a reader to open: `document` is the document's text as the served index
     holds it, and `document[start_char:end_char]` is the chunk. /v1/chunks/{chunk_id} returns it."""
 
-    model_config = ConfigDict(frozen=True)
-
     index_version: int
-    chunk_id: str
-    doc_id: str
-    source: str
-    title: str
-    chunk_index: int
-    start_char: int
-    end_char: int
     document: str
 
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from app.dataset import CHUNK_COLUMNS
 from app.index.search import ChunkTable
-from app.passage import ChunkRow, Passage
+from app.passage import ChunkRef, ChunkRow, Passage
 
 ROW: ChunkRow = {"chunk_id": "c1", "doc_id": "zebra", "chunk_index": 2, "source": "/d/z.txt", "title": "Zebras",
                  "text": "Zebras cross the Mara river in July.", "start_char": 40, "end_char": 76,
@@ -18,6 +18,13 @@ PASSAGE_ONLY = {"rank", "score", "rerank_score"}  # what a search adds to a row
 def test_a_row_and_a_passage_name_the_same_chunk_fields():
     assert list(ChunkRow.__annotations__) == CHUNK_COLUMNS  # the parquet columns, in order
     assert set(Passage.model_fields) - PASSAGE_ONLY == set(CHUNK_COLUMNS) - {"metadata"}
+
+
+def test_a_cited_source_is_a_chunk_with_its_document():
+    from app.rag.protocol import Source
+
+    assert set(Source.model_fields) - {"index_version", "document"} == set(ChunkRef.model_fields)
+    assert set(ChunkRef.model_fields) < set(Passage.model_fields)
 
 
 def test_a_search_hit_is_its_row_with_its_rank_and_score():
