@@ -105,6 +105,9 @@ def install(app: FastAPI, *, retry_after_s: int, timeout_s: float) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        if e.status_code == 400:  # FastAPI could not decode the body at all (not UTF-8): malformed JSON, as above
+            return JSONResponse({"error": {"type": "invalid_request", "message": f"malformed JSON: {e.detail}",
+                                           "field": "body"}}, 422)
         return JSONResponse({"error": {"type": "not_found" if e.status_code == 404 else "http_error",
                                        "message": str(e.detail)}}, e.status_code)
 

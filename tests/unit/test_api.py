@@ -261,6 +261,10 @@ def test_malformed_json_and_wrong_shapes(client):
     e = error(client.post("/v1/query", content=b'{"question": ', headers={**AUTH, "content-type": "application/json"}),
               422, "invalid_request")
     assert "malformed JSON" in e["message"] and e["field"] == "body"
+    # bytes that are not UTF-8 (FastAPI's own 400): the same 422, the status /openapi.json declares
+    e = error(client.post("/v1/retrieve", content=b"\x1e\xe9A\xb3\x100\xa91", headers={
+        **AUTH, "content-type": "application/json"}), 422, "invalid_request")
+    assert "malformed JSON" in e["message"] and e["field"] == "body"
     error(client.post("/v1/chat/completions", json={"messages": []}, headers=AUTH), 422, "invalid_request")
     e = error(client.post("/v1/chat/completions", headers=AUTH,
                           json={"messages": [{"role": "assistant", "content": "hi"}]}), 422, "invalid_request")
