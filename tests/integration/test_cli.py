@@ -54,29 +54,6 @@ def test_bad_input_is_reported_without_traceback(tmp_path, ray_cluster):
                       "--rerank-top must be between 1 and 1000")
 
 
-def test_cluster_commands_bad_input(tmp_path, corpus):
-    """Addresses, working directories and configs that cannot work are refused before anything is sent."""
-    store = str(tmp_path / "s")
-    nobody = f"http://127.0.0.1:{free_port()}"  # a dashboard address where nothing listens
-    path = str(corpus[0])
-    assert_user_error(run("--storage", store, "--address", "10.0.0.1:6379", "submit", "ingest", path),
-                      "is not a dashboard address", "http://HEAD:8265")
-    assert_user_error(run("--storage", store, "--address", nobody, "submit", "ingest", "--working-dir",
-                          str(tmp_path), path), "is not a Ragline checkout")
-    outside = tmp_path / "outside.yaml"
-    outside.write_text("search:\n  top_k: 3\n")
-    assert_user_error(run("--storage", store, "--config", str(outside), "--address", nobody, "submit", "ingest",
-                          path), "is outside the working directory")
-    assert_user_error(run("--address", nobody, "serve"), "needs the storage root its nodes share")
-    assert_user_error(run("--storage", store, "--address", nobody, "ingest", path), "is a dashboard address",
-                      "ragline submit")
-    for args in (("submit", "ingest", path), ("status",)):
-        done = run("--storage", store, "--address", nobody, *args)
-        assert done.returncode == 3 and f"no Ray dashboard answers at {nobody}" in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
-    assert run("--storage", store, "--address", nobody, "submit", "ingest").returncode == 2  # no ARGS: usage
-
-
 def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
     path, want = corpus
     store = str(tmp_path / "s")

@@ -13,6 +13,7 @@ from app.remote import Unreachable
 from app.services.runs import ingest_run_store
 from app.storage import Storage
 from app.train.run import training_runs
+from tests.helpers import ROOT, free_port
 
 
 class _Strict(BaseModel):
@@ -79,3 +80,70 @@ def test_run_records_are_one_file_each_listed_in_order(tmp_path):
     assert storage.exists("runs/train/sft-1.json") and [r["name"] for r in training.all()] == ["sft-1"]
     with pytest.raises(NotFound, match="training run 'x' does not exist"):
         training.load("x")
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["strategy=megatron"], "strategy"),
+    (["strategy=deepspeed", "zero_stage=4"], "zero_stage must be 1, 2 or 3"),
+    (["offload_params=true"], "offload_params needs strategy deepspeed with zero_stage 3"),
+    (["model=/nonexistent/model"], "does not exist"),
+    (["sft.paths=[]"], "sft.paths"),
+    (["batch_size=0"], "batch_size"),
+    (["name=../escape"], "name"),
+    (["lr=-1"], "lr"),
+    (["placement_strategy=spread"], "placement_strategy"),
+])
+def test_cli_rejects_a_bad_job_config_before_starting_anything(monkeypatch, capsys, tmp_path, overrides, expected):
+    """A bad field or a model that does not exist: exit 2 and one line naming it, before Ray is touched (this tier
+    fails any test that starts or joins Ray) or anything is written."""
+    argv = ["ragline", "--storage", str(tmp_path / "s"), "--address", "127.0.0.1:1", "train", "sft", "--config",
+            str(ROOT / "deployments" / "jobs" / "sft.yaml")]
+    for o in overrides:
+        argv += ["--set", o]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exited:
+        app.cli.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()
+
+
+def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """`ragline ARGS` in this process: (exit status, stderr)."""
+    monkeypatch.setattr("sys.argv", ["ragline", *args])
+    with pytest.raises(SystemExit) as exited:
+        app.cli.main()
+    code = exited.value.code
+    return code if isinstance(code, int) else (0 if code is None else 1), capsys.readouterr().err
+
+
+def test_cluster_commands_bad_input(monkeypatch, capsys, tmp_path):
+    """Addresses, working directories and configs that cannot work are refused before anything is sent (nor is Ray
+    started or joined: this tier fails a test that does)."""
+    store = str(tmp_path / "s")
+    nobody = f"http://127.0.0.1:{free_port()}"  # a dashboard address where nothing listens
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "doc.txt").write_text("Zebras cross the Mara river in July.")
+    path = str(tmp_path / "corpus")
+
+    def user_error(*args: str, needles: tuple[str, ...]) -> None:
+        code, err = cli(monkeypatch, capsys, *args)
+        assert code == 2 and "Traceback" not in err, (code, err)
+        assert all(n in err for n in needles), err
+
+    user_error("--storage", store, "--address", "10.0.0.1:6379", "submit", "ingest", path,
+               needles=("is not a dashboard address", "http://HEAD:8265"))
+    user_error("--storage", store, "--address", nobody, "submit", "ingest", "--working-dir", str(tmp_path), path,
+               needles=("is not a Ragline checkout",))
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("search:\n  top_k: 3\n")
+    user_error("--storage", store, "--config", str(outside), "--address", nobody, "submit", "ingest", path,
+               needles=("is outside the working directory",))
+    user_error("--address", nobody, "serve", needles=("needs the storage root its nodes share",))
+    user_error("--storage", store, "--address", nobody, "ingest", path,
+               needles=("is a dashboard address", "ragline submit"))
+    for args in (("submit", "ingest", path), ("status",)):
+        code, err = cli(monkeypatch, capsys, "--storage", store, "--address", nobody, *args)
+        assert code == 3 and f"no Ray dashboard answers at {nobody}" in err and "Traceback" not in err, err
+    assert cli(monkeypatch, capsys, "--storage", store, "--address", nobody, "submit", "ingest")[0] == 2  # usage
