@@ -324,17 +324,27 @@ def train_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def ci_table(r: dict[str, Any], source: str) -> str:
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(r["counts"].items()))
+    lines = [f"A fresh clone's `.ci/run`: **{r['clone_wall_s'] / 60:.1f} min** (budget {r['budget_s'] / 60:.0f}), "
+             f"pytest {r['pytest_wall_s'] / 60:.1f} min; {counts} ({source}). The 10 slowest tests:", "",
+             "| test | s |", "|---|---:|"]
+    lines += [f"| `{t['test']}` | {t['seconds']:.0f} |" for t in r["slowest"][:10]]
+    return "\n".join(lines)
+
+
 TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_table, "generate": generate_table,
                                                            "answers": answers_table, "sft_cpu": sft_cpu_table,
                                                            "hostile": hostile_table, "ingest": ingest_table,
                                                            "serve": serve_table, "scale": scale_table,
                                                            "train": train_table,
                                                            "ingest_scale": ingest_scale_table,
-                                                           "serve_profile": serve_profile_table}
+                                                           "serve_profile": serve_profile_table, "ci": ci_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
-           "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py"}
+           "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
+           "ci": "ci_durations.py"}
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:
