@@ -573,17 +573,19 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
                            headers=served.auth, timeout=120)
             answers.append((r.status_code, r.json()["models"]["generator"] if r.status_code == 200 else r.text))
 
+    result = promote_generator(storage, "sft", second, Endpoint(served.url, served.key), idk="I don't know.",
+                               dataset=questions, split="all", limit=None, concurrency=1)
+    assert result.served is not None and result.candidate is not None and not result.forced
+    print(f"judged: sft v{second} F1 {result.candidate.f1} against {result.served.f1} for v{first}")
+    assert (result.served.generator, result.candidate.generator) == (f"sft:v{first}", f"sft:v{second}")
+    assert result.candidate.f1 > result.served.f1 and result.candidate.errors == result.served.errors == 0
+    assert catalog.promoted("sft").version == second
+    # promoted: the LLM replica sees it within a poll and Serve starts a new replica, which takes seconds to load
+    # while the old one answers
     threads = [threading.Thread(target=traffic) for _ in range(2)]
     for t in threads:
         t.start()
     try:
-        result = promote_generator(storage, "sft", second, Endpoint(served.url, served.key), idk="I don't know.",
-                                   dataset=questions, split="all", limit=None, concurrency=1)
-        assert result.served is not None and result.candidate is not None and not result.forced
-        print(f"judged: sft v{second} F1 {result.candidate.f1} against {result.served.f1} for v{first}")
-        assert (result.served.generator, result.candidate.generator) == (f"sft:v{first}", f"sft:v{second}")
-        assert result.candidate.f1 > result.served.f1 and result.candidate.errors == result.served.errors == 0
-        assert catalog.promoted("sft").version == second
         deadline = time.time() + 400
         while llm.served.remote().result() != f"sft:v{second}":
             assert time.time() < deadline, "the promoted version was never served"
