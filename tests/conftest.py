@@ -15,7 +15,7 @@ import ray
 from ray import serve
 
 from app.raycluster import NAMESPACE
-from tests.helpers import Served
+from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, Served, free_port, train_sft, write_corpus
 
 # Run order: the quick tier first; e2e before the tiers that start the session's Ray (integration, browser), because
 # `ray up`/`ray down` stop every Ray on this machine and so the e2e test refuses to run beside one.
@@ -133,7 +133,6 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     from app.config import load_config
     from app.services.ingest import get_or_start as ingest_service
     from app.storage import Storage
-    from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, free_port, train_sft, write_corpus
 
     tmp = tmp_path_factory.mktemp("served")
     storage = Storage(str(tmp / "store"))
