@@ -54,6 +54,35 @@ class ReadConfig(ConfigBase):
     )
 
 
+class DocumentsConfig(ConfigBase):
+    """How office documents, PDFs, e-mails and images become documents, and the limits one file cannot exceed.
+
+    Each such file is parsed in a child process (`app.ingest.sandbox`) capped at `timeout_s` and `memory_mb`: a
+    parser that hangs or balloons on a hostile file is killed with its whole process group, and the file is
+    quarantined with the reason."""
+
+    timeout_s: float = Field(default=60.0, gt=0, description="Wall-clock seconds one file may take to parse "
+                             "(OCR included) before its parser is killed and the file quarantined.")
+    memory_mb: int = Field(default=2048, ge=256, description="Address space one file's parser may use (MiB; "
+                           "RLIMIT_AS of the child process, which its OCR subprocess inherits).")
+    ocr: bool = Field(default=True, description="OCR images and PDF pages without a usable text layer with "
+                      "Tesseract. Off, or with Tesseract missing, such a file is reported as 'needs OCR'.")
+    ocr_languages: str = Field(default="eng", description="Tesseract languages, '+'-joined (e.g. 'eng+deu').")
+    ocr_min_chars: int = Field(default=16, ge=0, description="A PDF page whose text layer has fewer non-space "
+                               "characters than this is OCRed.")
+    ocr_dpi: int = Field(default=200, ge=72, le=600, description="Resolution PDF pages are rendered at for OCR.")
+    max_pages: int = Field(default=10_000, ge=1, description="Most PDF pages (or slides) read from one file; a "
+                           "file claiming more is quarantined.")
+    max_cells: int = Field(default=5_000_000, ge=1, description="Most spreadsheet cells read from one file (all "
+                           "sheets); a sheet whose used range claims more is read up to the limit and said so.")
+    max_unzipped_bytes: int = Field(default=1 << 30, ge=1, description="Largest total uncompressed size of an "
+                                    "Office file's zip members; a larger one is a decompression bomb.")
+    max_image_pixels: int = Field(default=100_000_000, ge=1, description="Largest image (pixels) decoded for "
+                                  "OCR; a larger one is a decompression bomb.")
+    max_attachment_depth: int = Field(default=5, ge=0, description="How deep attachments of e-mails (and "
+                                      "e-mails attached to those) are parsed as documents of their own.")
+
+
 class NormalizeConfig(ConfigBase):
     """Text clean-up before deduplication."""
 
@@ -137,6 +166,7 @@ class IngestConfig(ConfigBase):
     """The streaming ingestion pipeline."""
 
     read: ReadConfig = Field(default_factory=ReadConfig)
+    documents: DocumentsConfig = Field(default_factory=DocumentsConfig)
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     chunk: ChunkConfig = Field(default_factory=ChunkConfig)

@@ -31,15 +31,28 @@ class Unreadable(Exception):
     """The whole file is unusable; the message says why."""
 
 
+class Part(TypedDict):
+    """A piece of a document in reading order, with where it is: a PDF page, a slide, a sheet, a heading's
+    section. Consecutive parts of one section are joined with a line break, sections with a blank line; chunks
+    avoid crossing a section boundary (`app.ingest.chunk`)."""
+
+    text: str
+    page: int  # 1-based PDF page or slide number; 0 where the format has none
+    section: str  # heading path ("Results › Tables"), sheet name or slide title; "" for none
+
+
 class Doc(TypedDict):
     """One document as parsed: `doc_id` "" when the input names none (derived later from source and content),
-    `metadata` the record's other fields and its position in the file, as JSON."""
+    `metadata` the record's other fields and its position in the file, as JSON. A document with structure comes as
+    `parts` (and `text` ""); one without as `text` (and `parts` [])."""
 
     doc_id: str
     source: str
     title: str
     text: str
     metadata: str
+    parts: list[Part]
+    unit: str  # what a part's `page` counts ("page", "slide") or what sections are ("sheet"); "" for neither
 
 
 @dataclass
@@ -74,7 +87,7 @@ def _record_doc(record: Mapping[str, object], source: str, where: str, cfg: Read
     metadata["position"] = where
     return {"doc_id": "" if doc_id is None else str(doc_id), "source": source,
             "title": "" if title is None else str(title), "text": text,
-            "metadata": json.dumps(metadata, default=str, sort_keys=True)}
+            "metadata": json.dumps(metadata, default=str, sort_keys=True), "parts": [], "unit": ""}
 
 
 def _jsonl(data: bytes, source: str, cfg: ReadConfig) -> Parsed:
@@ -125,7 +138,8 @@ def _html(data: bytes, source: str) -> Parsed:
     if not title and (h1 := body.find("h1")):
         title = h1.get_text(" ", strip=True)
     content = body.get_text("\n", strip=True)
-    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": content, "metadata": "{}"}
+    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": content, "metadata": "{}", "parts": [],
+                "unit": ""}
     return Parsed(docs=[doc], replaced_bytes=replaced)
 
 
@@ -134,7 +148,8 @@ def _plain(data: bytes, source: str, markdown: bool) -> Parsed:
     title = PurePosixPath(source).stem
     if markdown and (m := _MD_HEADING.search(text)):
         title = m.group(1)
-    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": text, "metadata": "{}"}
+    doc: Doc = {"doc_id": "", "source": source, "title": title, "text": text, "metadata": "{}", "parts": [],
+                "unit": ""}
     return Parsed(docs=[doc], replaced_bytes=replaced)
 
 
