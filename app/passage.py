@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ChunkRow(TypedDict):
@@ -28,12 +28,21 @@ class ChunkRow(TypedDict):
     text: str
     start_char: int  # the chunk's span in its document (characters)
     end_char: int
+    pages: list[int]
+    section: str
+    location: str
     metadata: str
 
 
+def where(source: str, location: str) -> str:
+    """A chunk's place as a reader cites it: "report.pdf p. 7", "deck.pptx slide 3", or the source alone."""
+    return f"{source} {location}" if location else source
+
+
 class ChunkRef(BaseModel):
-    """Where a chunk is: its ids, its document's source and title, and its span in that document (characters). A
-    passage is a chunk with its text and scores; a cited source (/v1/chunks) is one with its whole document."""
+    """Where a chunk is: its ids, its document's source and title, its span in that document (characters), and
+    where in the original file that is (pages or slides, section, and both as a label to print). A passage is a
+    chunk with its text and scores; a cited source (/v1/chunks) is one with its whole document."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -44,6 +53,12 @@ class ChunkRef(BaseModel):
     title: str
     start_char: int
     end_char: int
+    # Defaults: chunks ingested before documents had structure (their files lack these columns).
+    pages: tuple[int, ...] = Field(default=(), description="The 1-based PDF pages (or slides) the chunk spans; "
+                                   "empty where the format has none.")
+    section: str = Field(default="", description="Heading path ('Results › Tables'), sheet name or slide title.")
+    location: str = Field(default="", description="Where the chunk is, to print after its source: 'p. 7', "
+                          "'pp. 7–8', 'slide 3', 'sheet Sales', '§ Results › Tables'; '' when nothing is known.")
 
 
 class Passage(ChunkRef):

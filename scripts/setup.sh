@@ -19,3 +19,11 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.ragline-installed-*
   touch "$stamp"
 fi
+# OCR of scans and image-only PDF pages. Without it such files are reported as "needs OCR", not dropped.
+if ! command -v tesseract >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null
+  else
+    echo "tesseract is not installed: scanned pages will be reported as needing OCR (as root: apt-get install tesseract-ocr)" >&2
+  fi
+fi

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from app.passage import where
+
 if TYPE_CHECKING:
     from app.ingest.pipeline import IngestReportDict
     from app.passage import Passage
@@ -68,7 +70,8 @@ def print_hits(question: str, hits: list[Passage], version: int) -> None:
     for h in hits:
         snippet = " ".join(h.text.split())[:240]
         out.print(f"[bold][{h.rank}][/] {h.title or h.doc_id}  [dim]score {h.score:.4f}[/]\n"
-                  f"    source: {h.source} (chars {h.start_char}-{h.end_char})\n    {snippet}…", highlight=False)
+                  f"    source: {where(h.source, h.location)} (chars {h.start_char}-{h.end_char})\n    {snippet}…",
+                  highlight=False)
 
 
 def print_cluster(cluster: ClusterStatus) -> None:

@@ -13,6 +13,7 @@ from app import envs, hardware
 from app.cli.context import Context, connect
 from app.cli.render import err, out, print_cluster, print_json
 from app.errors import UserError
+from app.passage import where
 from app.remote import ClusterStatus
 
 ENDPOINT_FILE = "serve/endpoint.json"  # where `ragline serve` records the URL for `ragline query`
@@ -105,7 +106,8 @@ def query(
     out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body.answer}\n", soft_wrap=True)
     for cite in body.citations:
         mark = "*" if cite.cited else " "
-        out.print(f" {mark}[{cite.n}] {cite.title or cite.doc_id}  ({cite.source})", soft_wrap=True, markup=False)
+        out.print(f" {mark}[{cite.n}] {cite.title or cite.doc_id}  ({where(cite.source, cite.location)})",
+                  soft_wrap=True, markup=False)
     t = body.timings_ms
     out.print(f"\nindex v{body.index_version} · reranker {body.models.reranker} · "
               f"{body.models.generator} · retrieve {t['retrieve']:.0f} ms, generate {t['generate']:.0f} ms")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +58,14 @@ def token_spans(offsets: list[tuple[int, int]], text_len: int, chunk_tokens: int
 MAX_TOKEN_CHARS = 64  # a longer "token" is an [UNK] for a run of junk (base64, a hash, a URL): split it
 
 
-def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int) -> list[Span]:
+def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int,
+               sections: Sequence[tuple[int, int]] = ()) -> list[Span]:
     """Spans of at most `chunk_tokens` tokens and `chunk_tokens * MAX_TOKEN_CHARS` characters: a token longer
-    than MAX_TOKEN_CHARS counts as one per MAX_TOKEN_CHARS characters, so a 100 kB word is many chunks, not one."""
+    than MAX_TOKEN_CHARS counts as one per MAX_TOKEN_CHARS characters, so a 100 kB word is many chunks, not one.
+
+    `sections`: the (start, end) character spans of the document's sections, in order. A chunk does not cross a
+    section boundary, except to pack whole sections too small for a chunk of their own into one (slides, short
+    headed paragraphs); a section longer than a chunk is windowed on its own."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
     offsets: list[tuple[int, int]] = []
     for start, end in enc["offset_mapping"]:
@@ -65,7 +73,28 @@ def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int) -> li
             offsets.append((start, start + MAX_TOKEN_CHARS))
             start += MAX_TOKEN_CHARS
         offsets.append((start, end))
-    return token_spans(offsets, len(text), chunk_tokens, overlap)
+    if len(sections) < 2:
+        return token_spans(offsets, len(text), chunk_tokens, overlap)
+    starts = [o[0] for o in offsets]
+    spans: list[Span] = []
+    for lo, hi in _packed(sections, starts, chunk_tokens):
+        spans += token_spans(offsets[lo:hi], len(text), chunk_tokens, overlap) if hi > lo else []
+    return spans or [Span(0, len(text), 0)]
+
+
+def _packed(sections: Sequence[tuple[int, int]], starts: list[int], chunk_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges [lo, hi) of consecutive sections, packed while they fit one chunk together. `starts`: each
+    token's first character, ascending."""
+    cuts = [0, *(bisect.bisect_left(starts, start) for start, _ in sections[1:]), len(starts)]
+    packed: list[tuple[int, int]] = []
+    for lo, hi in itertools.pairwise(cuts):
+        if hi == lo:
+            continue
+        if packed and hi - packed[-1][0] <= chunk_tokens:
+            packed[-1] = (packed[-1][0], hi)
+        else:
+            packed.append((lo, hi))
+    return packed
 
 
 def chunk_id(doc_id: str, index: int, embedder_name: str, embedder_revision: str) -> str:

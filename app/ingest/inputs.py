@@ -16,19 +16,29 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from app.errors import NotFound, UserError
-from app.ingest.parse import file_format
+from app.ingest.documents.detect import HEAD_BYTES, describe, detect
 
 
 @dataclass
 class Inputs:
     filesystem: pafs.FileSystem
     files: list[str]  # paths on `filesystem`, sorted
-    skipped: list[str] = field(default_factory=list)  # files inside given directories with unsupported types
+    # files inside given directories whose type (by content, then extension) is unsupported: {source, type}
+    skipped: list[dict[str, str]] = field(default_factory=list)
     uri_prefix: str = ""  # "s3://" etc., to show sources as URIs
     refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (too_large|outside_roots), detail}
 
     def source(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"
+
+
+SUPPORTED = "pdf, docx, pptx, xlsx, csv, eml, msg, images, jsonl, parquet, txt, md, html"
+
+
+def _head(fs: pafs.FileSystem, path: str) -> bytes:
+    """A file's first bytes, by which its type is known."""
+    with fs.open_input_stream(path) as f:
+        return bytes(f.read(HEAD_BYTES))
 
 
 def _scheme(path: str) -> str:
@@ -51,7 +61,7 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
         fs, _ = pafs.FileSystem.from_uri(paths[0])
         prefix = f"{scheme}://"
     files: set[str] = set()
-    skipped: set[str] = set()
+    skipped: dict[str, str] = {}  # path -> its type
     refused: dict[str, dict[str, str]] = {}
     for raw in paths:
         found = _expand_one(fs, raw, scheme, follow_symlinks)
@@ -66,7 +76,11 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
             files.update(listed)  # named explicitly: an unsupported type is quarantined, not silently skipped
             continue
         for f in listed:
-            (files if file_format(f) else skipped).add(f)
+            head = _head(fs, f)
+            if detect(f, head):
+                files.add(f)
+            else:
+                skipped[f] = describe(f, head)
     for info in fs.get_file_info(sorted(files)) if files and max_file_bytes is not None else []:
         if info.size is not None and info.size > max_file_bytes:
             files.discard(info.path)
@@ -76,8 +90,11 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
     if not files:
         names = ", ".join(f"{r['source']} ({r['reason']})" for r in refused.values())
         why = f"; refused: {names}" if refused else ""
-        raise UserError(f"no supported files (jsonl, parquet, txt, md, html) under {', '.join(paths)}{why}")
-    return Inputs(filesystem=fs, files=sorted(files), skipped=sorted(skipped), uri_prefix=prefix,
+        if skipped:
+            why += "; skipped: " + ", ".join(f"{prefix}{f} ({t})" for f, t in sorted(skipped.items())[:10])
+        raise UserError(f"no supported files ({SUPPORTED}) under {', '.join(paths)}{why}")
+    return Inputs(filesystem=fs, files=sorted(files), uri_prefix=prefix,
+                  skipped=[{"source": f"{prefix}{f}", "type": t} for f, t in sorted(skipped.items())],
                   refused=[refused[k] for k in sorted(refused)])
 
 

@@ -18,6 +18,7 @@ from typing import TypedDict
 
 from app.config import ReadConfig
 from app.ingest.normalize import decode
+from app.ingest.parts import Part
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
            ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -29,16 +30,6 @@ _MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 class Unreadable(Exception):
     """The whole file is unusable; the message says why."""
-
-
-class Part(TypedDict):
-    """A piece of a document in reading order, with where it is: a PDF page, a slide, a sheet, a heading's
-    section. Consecutive parts of one section are joined with a line break, sections with a blank line; chunks
-    avoid crossing a section boundary (`app.ingest.chunk`)."""
-
-    text: str
-    page: int  # 1-based PDF page or slide number; 0 where the format has none
-    section: str  # heading path ("Results › Tables"), sheet name or slide title; "" for none
 
 
 class Doc(TypedDict):
@@ -153,14 +144,13 @@ def _plain(data: bytes, source: str, markdown: bool) -> Parsed:
     return Parsed(docs=[doc], replaced_bytes=replaced)
 
 
-def parse_file(source: str, data: bytes, cfg: ReadConfig) -> Parsed:
-    fmt = file_format(source)
-    if fmt is None:
-        raise Unreadable(f"unsupported file type {PurePosixPath(source).suffix or '(none)'!r}")
+def parse_file(source: str, data: bytes, cfg: ReadConfig, fmt: str) -> Parsed:
+    """A file of a record or text format (`fmt`, as `app.ingest.documents.detect` knows it) as documents."""
     if fmt == "jsonl":
         return _jsonl(data, source, cfg)
     if fmt == "parquet":
         return _parquet(data, source, cfg)
+    assert fmt in ("text", "markdown", "html"), fmt
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:  # as git decides: text never holds NUL; images, archives, PDFs do
         raise Unreadable(f"binary content (a NUL byte in its first {BINARY_SNIFF_BYTES} bytes), not a {fmt} file")
     if fmt == "html":

@@ -41,7 +41,7 @@ class IngestError(RaglineError):
 class InputCounts(BaseModel):
     files: int
     unreadable_files: int
-    skipped_files: list[str]  # inside given directories, with unsupported types
+    skipped_files: list[dict[str, str]]  # inside given directories, with unsupported types: {source, type}
     refused_files: list[dict[str, str]]  # {source, reason (too_large|outside_roots), detail}
 
 
@@ -64,7 +64,7 @@ class InputCountsDict(TypedDict):
 
     files: int
     unreadable_files: int
-    skipped_files: list[str]
+    skipped_files: list[dict[str, str]]
     refused_files: list[dict[str, str]]
 
 

@@ -24,20 +24,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from app.config import IngestConfig
+from app.config import DocumentsConfig, IngestConfig
 from app.dataset import CHUNK_SCHEMA
 from app.ingest import chunk as chunking
 from app.ingest.dedup import DedupIndex, signature
+from app.ingest.documents import DOCUMENT_FORMATS
+from app.ingest.documents.detect import HEAD_BYTES, describe, detect
 from app.ingest.normalize import content_hash, derived_doc_id, normalize
-from app.ingest.parse import Doc, Unreadable, parse_file
+from app.ingest.parse import Doc, Parsed, Unreadable, parse_file
+from app.ingest.parts import join_parts, locate, sections
+from app.ingest.sandbox import Sandbox
 from app.models import embedder
 from app.storage import Storage
 
 DROP_REASONS = ("unreadable", "too_large", "outside_roots", "empty", "exact_duplicate", "duplicate_id",
                 "near_duplicate")
 
+_PART = pa.struct([("text", pa.string()), ("page", pa.int32()), ("section", pa.string())])
+_SEGMENT = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("page", pa.int32()), ("section", pa.string())])
+# A document as parsed (`Doc`, keyed), and as normalised: `parts` joined into `text`, with each part's `segments`.
 DOC_SCHEMA = pa.schema([("key", pa.string()), ("doc_id", pa.string()), ("source", pa.string()),
-                        ("title", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
+                        ("title", pa.string()), ("text", pa.string()), ("metadata", pa.string()),
+                        ("parts", pa.list_(_PART)), ("unit", pa.string())])
+NORMALIZED_SCHEMA = pa.schema([*(f for f in DOC_SCHEMA if f.name != "parts"), ("segments", pa.list_(_SEGMENT)),
+                               ("content_hash", pa.string())])
 
 
 class StageCounts(TypedDict):
@@ -237,7 +247,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     """read_binary_files rows (bytes, path) → document rows. Unreadable files are copied to quarantine/. `cfg`: the
     run's IngestConfig as a dict (`model_dump`)."""
     t0 = time.perf_counter()
-    read_cfg = IngestConfig.model_validate(cfg).read
+    ingest_cfg = IngestConfig.model_validate(cfg)
     docs: list[Doc] = []
     bad_files: list[dict[str, str]] = []
     bad_records: list[dict[str, str]] = []
@@ -245,7 +255,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist(), strict=True):
         source = f"{uri_prefix}{path}"
         try:
-            parsed = parse_file(source, data, read_cfg)
+            parsed = _parse(source, data, ingest_cfg)
         except Exception as e:
             reason = str(e) if isinstance(e, Unreadable) else f"{type(e).__name__} while parsing: {str(e)[:500]}"
             bad_files.append({"source": source, "reason": reason, "error": type(e).__name__,
@@ -262,6 +272,24 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
 
 
+def _parse(source: str, data: bytes, cfg: IngestConfig) -> Parsed:
+    """One file's documents, its type known by its content: documents (PDF, Office, e-mail, images) parsed in this
+    worker's sandbox, record and text formats here."""
+    fmt = detect(source, data)
+    if fmt is None:
+        raise Unreadable(f"unsupported file type: {describe(source, data[:HEAD_BYTES])}")
+    if fmt in DOCUMENT_FORMATS:
+        return Parsed(docs=_sandbox(cfg.documents.model_dump_json()).parse(fmt, source, data))
+    return parse_file(source, data, cfg.read, fmt)
+
+
+@functools.cache
+def _sandbox(cfg_json: str) -> Sandbox:
+    """One sandbox per worker process and `DocumentsConfig` (as JSON), kept for the worker's life: its child
+    starts once, not per file (it exits when the worker does, its stdin closed)."""
+    return Sandbox(DocumentsConfig.model_validate_json(cfg_json))
+
+
 def _quarantine(storage_uri: str, run_id: str, source: str, data: bytes, reason: str) -> str:
     storage = Storage(storage_uri)
     name = source.rsplit("/", 1)[-1]
@@ -276,17 +304,18 @@ def normalize_docs(batch: pa.Table, *, ledger: Any, min_chars: int) -> pa.Table:
     t0 = time.perf_counter()
     out, empty = [], []
     for row in batch.to_pylist():
-        text = normalize(row["text"])
+        parts = row.pop("parts")
+        text, segments = join_parts(parts) if parts else (normalize(row["text"]), [])
         doc_id = row["doc_id"] or derived_doc_id(row["source"], text)
         if len(text) < min_chars:
             empty.append({"reason": "empty", "key": row["key"], "source": row["source"], "doc_id": doc_id,
                           "duplicate_of": "", "detail": f"{len(text)} characters after normalisation"})
             continue
-        out.append({**row, "doc_id": doc_id, "text": text, "content_hash": content_hash(text)})
+        out.append({**row, "doc_id": doc_id, "text": text, "segments": segments, "content_hash": content_hash(text)})
     if empty:
         ray.get(ledger.dropped.remote(empty))
     _stage_done(ledger, "normalize", batch_key(batch.column("key").to_pylist()), batch.num_rows, len(out), t0)
-    return _table(out, DOC_SCHEMA.append(pa.field("content_hash", pa.string())))
+    return _table(out, NORMALIZED_SCHEMA)
 
 
 def exact_dedup(batch: pa.Table, *, ledger: Any) -> pa.Table:
@@ -334,13 +363,16 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
     t0 = time.perf_counter()
     rows = []
     for doc in batch.to_pylist():
-        spans = chunking.chunk_text(doc["text"], tokenizer, chunk_tokens, overlap_tokens)
+        segments = doc["segments"]
+        spans = chunking.chunk_text(doc["text"], tokenizer, chunk_tokens, overlap_tokens, sections(segments))
         for i, span in enumerate(spans):
+            pages, section, location = locate(span.start_char, span.end_char, segments, doc["unit"])
             rows.append({
                 "chunk_id": chunking.chunk_id(doc["doc_id"], i, model, revision),
                 "doc_id": doc["doc_id"], "chunk_index": i, "source": doc["source"], "title": doc["title"],
                 "text": doc["text"][span.start_char : span.end_char], "start_char": span.start_char,
-                "end_char": span.end_char, "n_tokens": span.n_tokens,
+                "end_char": span.end_char, "n_tokens": span.n_tokens, "pages": pages, "section": section,
+                "location": location,
                 "metadata": json.dumps({**json.loads(doc["metadata"]), "n_chunks": len(spans)}),
             })
     _stage_done(ledger, "chunk", batch_key(batch.column("key").to_pylist()), batch.num_rows, len(rows), t0)

@@ -129,6 +129,8 @@ class Citation(BaseModel):
     doc_id: str
     source: str
     title: str
+    location: str  # where in its source ("p. 7", "slide 3"; `Passage.location`); "" when unknown
+    pages: tuple[int, ...]  # the PDF pages or slides it spans
     snippet: str
     score: float  # the reranker's, else the retriever's
     cited: bool  # whether the answer refers to it
@@ -137,8 +139,8 @@ class Citation(BaseModel):
     def of(cls, n: int, p: Passage, answer: str, snippet_chars: int) -> Citation:
         """The passage numbered `n` in the prompt, as the answer `answer` cites it (or not)."""
         return cls(n=n, chunk_id=p.chunk_id, doc_id=p.doc_id, source=p.source, title=p.title,
-                   snippet=p.text[:snippet_chars], score=p.score if p.rerank_score is None else p.rerank_score,
-                   cited=f"[{n}]" in answer)
+                   location=p.location, pages=p.pages, snippet=p.text[:snippet_chars],
+                   score=p.score if p.rerank_score is None else p.rerank_score, cited=f"[{n}]" in answer)
 
 
 class Models(BaseModel):

@@ -151,7 +151,7 @@ function renderCitations(list, citations) {
   list.replaceChildren(...citations.map((c) => el("li", { class: c.cited ? "cited" : "", "data-n": c.n,
     "data-chunk": c.chunk_id },
     el("a", { onclick: () => openPassage(c), text: `[${c.n}] ${c.title || c.doc_id}` }),
-    ` — ${c.source} · score ${Number(c.score).toFixed(3)}`)));
+    ` — ${c.source}${c.location ? ` ${c.location}` : ""} · score ${Number(c.score).toFixed(3)}`)));
 }
 
 function renderMeta(node, meta, usage) {
@@ -223,12 +223,12 @@ async function ask(event) {
 async function openPassage(cite) {
   const panel = $("passage");
   $("passage-title").textContent = cite.title || cite.doc_id;
-  $("passage-meta").textContent = `${cite.source} · score ${Number(cite.score).toFixed(3)} · loading…`;
+  $("passage-meta").textContent = `${cite.source}${cite.location ? ` ${cite.location}` : ""} · score ${Number(cite.score).toFixed(3)} · loading…`;
   $("passage-text").replaceChildren();
   panel.hidden = false;
   try {
     const s = await (await api(`/v1/chunks/${encodeURIComponent(cite.chunk_id)}`)).json();
-    $("passage-meta").textContent = `[${cite.n}] ${s.source} · document ${s.doc_id} · chunk ${s.chunk_index} ` +
+    $("passage-meta").textContent = `[${cite.n}] ${s.source}${s.location ? ` ${s.location}` : ""} · document ${s.doc_id} · chunk ${s.chunk_index} ` +
       `(characters ${s.start_char}–${s.end_char}) · score ${Number(cite.score).toFixed(3)} · index v${s.index_version}`;
     const mark = el("mark", { id: "cited-span", text: s.document.slice(s.start_char, s.end_char) });
     $("passage-text").replaceChildren(s.document.slice(0, s.start_char), mark, s.document.slice(s.end_char));

@@ -3,6 +3,7 @@ import itertools
 import pytest
 
 from app.ingest.chunk import Span, chunk_id, chunk_text, token_spans
+from app.ingest.parts import join_parts, label, locate, sections
 from app.models.embedder import load_tokenizer
 
 
@@ -66,3 +67,35 @@ def test_a_chunk_is_bounded_in_characters_too(tokenizer):
     assert 5 < len(spans) < 20 and max(s.end_char - s.start_char for s in spans) <= 32 * MAX_TOKEN_CHARS
     covered = {i for s in spans for i in range(s.start_char, s.end_char)}
     assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())  # nothing falls between chunks
+
+
+def test_pages_join_into_one_text_with_each_part_located():
+    parts = [{"text": "  The answer runs\nacross ", "page": 1, "section": ""},
+             {"text": "", "page": 2, "section": ""},  # a blank page leaves no segment
+             {"text": "the page break.", "page": 3, "section": ""}]
+    text, segments = join_parts(parts)
+    assert text == "The answer runs\nacross\nthe page break."
+    assert [(s["page"], text[s["start"]:s["end"]]) for s in segments] == [
+        (1, "The answer runs\nacross"), (3, "the page break.")]
+    assert locate(4, 30, segments, "page") == ([1, 3], "", "pp. 1–3")
+    assert locate(0, 5, segments, "page")[2] == "p. 1"
+    assert label([2, 3], "Intro", "slide") == "slides 2–3"
+    assert label([], "Sales", "sheet") == "sheet Sales"
+    assert label([], "Results › Tables", "") == "§ Results › Tables"
+    assert label([], "", "") == ""
+
+
+def test_chunks_keep_to_sections_and_pack_small_ones(tokenizer):
+    def section(name, words):
+        return {"text": " ".join(f"{name}{i}" for i in range(words)), "page": 0, "section": name}
+
+    # two small sections pack into one chunk; a long one is windowed alone and no window crosses into it
+    text, segments = join_parts([section("alpha", 5), section("beta", 5), section("gamma", 120),
+                                 section("delta", 5)])
+    spans = chunk_text(text, tokenizer, chunk_tokens=64, overlap=8, sections=sections(segments))
+    located = [[seg["section"] for seg in segments if seg["start"] < s.end_char and s.start_char < seg["end"]]
+               for s in spans]
+    assert located[0] == ["alpha", "beta"]
+    assert all(sec == ["gamma"] for sec in located[1:-1]) and len(located) > 3
+    assert located[-1] == ["delta"] and locate(spans[-1].start_char, spans[-1].end_char, segments, "")[2] == "§ delta"
+    assert spans[0].start_char == 0 and spans[-1].end_char == len(text)
