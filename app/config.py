@@ -79,6 +79,8 @@ class DocumentsConfig(ConfigBase):
                                     "Office file's zip members; a larger one is a decompression bomb.")
     max_image_pixels: int = Field(default=100_000_000, ge=1, description="Largest image (pixels) decoded for "
                                   "OCR; a larger one is a decompression bomb.")
+    keep_originals: bool = Field(default=True, description="Keep a copy of each PDF in the storage root "
+                                 "(originals/, one per content), so the console can show a cited page.")
     max_attachment_depth: int = Field(default=5, ge=0, description="How deep attachments of e-mails (and "
                                       "e-mails attached to those) are parsed as documents of their own.")
 

@@ -21,13 +21,13 @@ CHUNK_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("
                           ("source", pa.string()), ("title", pa.string()), ("text", pa.string()),
                           ("start_char", pa.int32()), ("end_char", pa.int32()), ("n_tokens", pa.int32()),
                           ("pages", pa.list_(pa.int32())), ("section", pa.string()), ("location", pa.string()),
-                          ("metadata", pa.string())])
+                          ("original", pa.string()), ("metadata", pa.string())])
 DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string()), ("title", pa.string()),
                                    ("content_hash", pa.string()), ("n_chars", pa.int64()),
                                    ("minhash", pa.list_(pa.uint64())), ("run_id", pa.string())])
 # The columns an index version keeps of each chunk (its `chunks.parquet`).
 CHUNK_COLUMNS = ["chunk_id", "doc_id", "chunk_index", "source", "title", "text", "start_char", "end_char",
-                 "pages", "section", "location", "metadata"]
+                 "pages", "section", "location", "original", "metadata"]
 
 
 def documents_files(dataset: Manifest | None) -> list[str]:
@@ -50,7 +50,7 @@ def _chunk_file(f: pa.NativeFile) -> pa.Table:
     """One chunk file's columns. Files written before documents had structure lack the location columns: those
     come empty (no pages, no section)."""
     table = pq.read_table(f)
-    for name in ("pages", "section", "location"):
+    for name in ("pages", "section", "location", "original"):
         if name not in table.column_names:
             field = CHUNK_SCHEMA.field(name)
             table = table.append_column(field, pa.array([[] if name == "pages" else ""] * table.num_rows, field.type))

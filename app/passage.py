@@ -31,6 +31,7 @@ class ChunkRow(TypedDict):
     pages: list[int]
     section: str
     location: str
+    original: str  # where the storage root keeps the original file (PDFs, to show their pages); "" if not kept
     metadata: str
 
 

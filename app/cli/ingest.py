@@ -46,7 +46,11 @@ def ingest(
     index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Ingest documents through the IngestService and print the run's report."""
+    """Ingest documents through the IngestService and print the run's report.
+
+    Reads PDF (OCR for scanned pages), DOCX, PPTX, XLSX, CSV, EML and MSG (attachments too), images (OCR), JSONL,
+    Parquet, text, Markdown and HTML, each file's type known by its content. A file that cannot be read is
+    quarantined with its reason; an unsupported one is reported as skipped, with its type."""
     import ray
 
     from app.indexing import run_ingest

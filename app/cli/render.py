@@ -59,6 +59,11 @@ def print_ingest_report(report: IngestReportDict) -> None:
         out.print(f"[yellow]quarantined[/] {q['source']}: {q['reason']} → {q['path']}")
     for r in report["inputs"].get("refused_files", []):
         out.print(f"[yellow]{r['reason']}[/] {r['source']}: {r['detail']}")
+    skipped = report["inputs"]["skipped_files"]
+    for k in skipped[:20]:
+        out.print(f"[dim]skipped[/] {k['source']}: {k['type']}")
+    if len(skipped) > 20:
+        out.print(f"[dim]skipped[/] {len(skipped) - 20} more (--json lists them all)")
     if report.get("note"):
         out.print(report["note"])
 

@@ -255,7 +255,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist(), strict=True):
         source = f"{uri_prefix}{path}"
         try:
-            parsed = _parse(source, data, ingest_cfg)
+            parsed = _parse(source, data, ingest_cfg, storage_uri)
         except Exception as e:
             reason = str(e) if isinstance(e, Unreadable) else f"{type(e).__name__} while parsing: {str(e)[:500]}"
             bad_files.append({"source": source, "reason": reason, "error": type(e).__name__,
@@ -272,15 +272,23 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
 
 
-def _parse(source: str, data: bytes, cfg: IngestConfig) -> Parsed:
+def _parse(source: str, data: bytes, cfg: IngestConfig, storage_uri: str) -> Parsed:
     """One file's documents, its type known by its content: documents (PDF, Office, e-mail, images) parsed in this
-    worker's sandbox, record and text formats here."""
+    worker's sandbox, record and text formats here. A PDF's original is kept for the console's page view."""
     fmt = detect(source, data)
     if fmt is None:
         raise Unreadable(f"unsupported file type: {describe(source, data[:HEAD_BYTES])}")
-    if fmt in DOCUMENT_FORMATS:
-        return Parsed(docs=_sandbox(cfg.documents.model_dump_json()).parse(fmt, source, data))
-    return parse_file(source, data, cfg.read, fmt)
+    if fmt not in DOCUMENT_FORMATS:
+        return parse_file(source, data, cfg.read, fmt)
+    docs = _sandbox(cfg.documents.model_dump_json()).parse(fmt, source, data)
+    if fmt == "pdf" and cfg.documents.keep_originals:
+        rel = f"originals/{hashlib.sha256(data).hexdigest()[:32]}.pdf"  # one copy per content, however named
+        storage = Storage(storage_uri)
+        if not storage.exists(rel):
+            storage.write_bytes(rel, data)
+        for d in docs:
+            d["metadata"] = json.dumps({**json.loads(d["metadata"]), "original": rel})
+    return Parsed(docs=docs)
 
 
 @functools.cache
@@ -363,7 +371,7 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
     t0 = time.perf_counter()
     rows = []
     for doc in batch.to_pylist():
-        segments = doc["segments"]
+        segments, metadata = doc["segments"], json.loads(doc["metadata"])
         spans = chunking.chunk_text(doc["text"], tokenizer, chunk_tokens, overlap_tokens, sections(segments))
         for i, span in enumerate(spans):
             pages, section, location = locate(span.start_char, span.end_char, segments, doc["unit"])
@@ -372,8 +380,8 @@ def chunk_docs(batch: pa.Table, *, ledger: Any, model: str, revision: str, chunk
                 "doc_id": doc["doc_id"], "chunk_index": i, "source": doc["source"], "title": doc["title"],
                 "text": doc["text"][span.start_char : span.end_char], "start_char": span.start_char,
                 "end_char": span.end_char, "n_tokens": span.n_tokens, "pages": pages, "section": section,
-                "location": location,
-                "metadata": json.dumps({**json.loads(doc["metadata"]), "n_chunks": len(spans)}),
+                "location": location, "original": metadata.get("original", ""),
+                "metadata": json.dumps({**metadata, "n_chunks": len(spans)}),
             })
     _stage_done(ledger, "chunk", batch_key(batch.column("key").to_pylist()), batch.num_rows, len(rows), t0)
     return _table(rows, CHUNK_SCHEMA)

@@ -57,6 +57,7 @@ class Source(ChunkRef):
 
     index_version: int
     document: str
+    original: str = ""  # the storage path of the document's original file, when kept (PDFs): its pages render
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,11 @@ from typing import Annotated
 
 import fastapi
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 
 from app.errors import NotFound
 from app.overview import Overview, overview
+from app.page_view import render_page
 from app.rag.protocol import Source
 from app.storage import Storage
 from deployments.api.edge import Edge
@@ -23,6 +24,7 @@ ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}  # what /c
 # served without a key: static files that hold no data (everything they show comes from the keyed API)
 OPEN_PATHS = frozenset({"/", *(f"/console/{name}" for name in ASSETS)})
 CHUNK_ID_CHARS = 128  # chunk ids are 32 hex characters
+MAX_PAGE_WIDTH = 2000  # pixels: a page image costs its area in memory and time
 
 
 def router(edge: Edge, storage: Storage) -> APIRouter:
@@ -43,9 +45,27 @@ def router(edge: Edge, storage: Storage) -> APIRouter:
         """A chunk of the served index in its document: `document[start_char:end_char]` is the chunk."""
         return await edge.flow.source(chunk_id)
 
+    @r.get("/v1/chunks/{chunk_id}/pages/{page}", response_class=Response,
+           responses={200: {"content": {"image/png": {}}, "description": "The page as a PNG image."},
+                      **responses(401, 404, 422, 500, 503, 504)})
+    async def chunk_page(chunk_id: Annotated[str, fastapi.Path(max_length=CHUNK_ID_CHARS)],
+                         page: Annotated[int, fastapi.Path(ge=1, le=1_000_000)],
+                         width: Annotated[int, fastapi.Query(ge=200, le=MAX_PAGE_WIDTH)] = 900) -> Response:
+        """Page `page` of a cited chunk's original PDF as a PNG `width` pixels wide, the chunk highlighted on it."""
+        s = await edge.flow.source(chunk_id)
+        if not s.original:
+            raise NotFound(f"chunk {chunk_id} comes from {s.source}, which has no kept original to show pages of "
+                           "(PDFs ingested with ingest.documents.keep_originals have)")
+        png = await asyncio.to_thread(_page, storage, s, page, width)
+        return Response(png, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
+
     @r.get("/v1/status", response_model=Overview, responses=responses(401, 500))
     async def status() -> Overview:
         """Ingest runs, dataset / index / model versions, training runs by step, the latest evaluations."""
         return await asyncio.to_thread(overview, storage)
 
     return r
+
+
+def _page(storage: Storage, s: Source, page: int, width: int) -> bytes:
+    return render_page(storage.read_bytes(s.original), page, width, s.document[s.start_char : s.end_char])

@@ -220,8 +220,24 @@ async function ask(event) {
   }
 }
 
+// The PDF page a passage starts on, rendered by the server with the passage highlighted, beside the text view.
+async function showPage(source, page) {
+  const response = await api(`/v1/chunks/${encodeURIComponent(source.chunk_id)}/pages/${page}`);
+  const image = $("passage-page-image");
+  if (image.src) URL.revokeObjectURL(image.src);
+  image.src = URL.createObjectURL(await response.blob());
+  image.alt = `${source.source} page ${page}, the passage highlighted`;
+  const last = source.pages[source.pages.length - 1];
+  $("passage-page-caption").textContent = `page ${page} of ${source.source.split("/").pop()}` +
+    (last > page ? ` (the passage goes on to p. ${last})` : "");
+  $("passage-page").hidden = false;
+  $("passage").classList.add("with-page");
+}
+
 async function openPassage(cite) {
   const panel = $("passage");
+  $("passage-page").hidden = true;
+  panel.classList.remove("with-page");
   $("passage-title").textContent = cite.title || cite.doc_id;
   $("passage-meta").textContent = `${cite.source}${cite.location ? ` ${cite.location}` : ""} · score ${Number(cite.score).toFixed(3)} · loading…`;
   $("passage-text").replaceChildren();
@@ -233,6 +249,7 @@ async function openPassage(cite) {
     const mark = el("mark", { id: "cited-span", text: s.document.slice(s.start_char, s.end_char) });
     $("passage-text").replaceChildren(s.document.slice(0, s.start_char), mark, s.document.slice(s.end_char));
     mark.scrollIntoView({ block: "center" });
+    if (s.original && s.pages.length) await showPage(s, s.pages[0]);
   } catch (err) {
     $("passage-meta").textContent = inWords(err);
   }
