@@ -29,7 +29,7 @@ from app.dataset import CHUNK_SCHEMA
 from app.ingest import chunk as chunking
 from app.ingest.dedup import DedupIndex, signature
 from app.ingest.normalize import content_hash, derived_doc_id, normalize
-from app.ingest.parse import Doc, Unreadable, parse_file
+from app.ingest.parse import Doc, Unreadable, joined_text, parse_file
 from app.models import embedder
 from app.storage import Storage
 
@@ -259,7 +259,8 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     ray.get(ledger.parsed.remote(key, batch.num_rows, len(docs), replaced_bytes, replaced_docs, bad_files,
                                  bad_records))
     _stage_done(ledger, "parse", key, batch.num_rows, len(docs), t0)
-    return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
+    # DOC_SCHEMA has no parts yet: a document with parts travels as their joined text
+    return _table([{**d, "text": joined_text(d), "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
 
 
 def _quarantine(storage_uri: str, run_id: str, source: str, data: bytes, reason: str) -> str:

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.config import ReadConfig
-from app.ingest.parse import Unreadable, parse_file
+from app.ingest.parse import Unreadable, joined_text, parse_file
 
 CFG = ReadConfig()
 
@@ -45,9 +45,10 @@ def test_html_boilerplate_stripped():
             b"<footer>(c) 2026</footer></body></html>")
     (d,) = parse_file("a.html", html, CFG).docs
     assert d["title"] == "Snakes"
-    assert "Pythons are constrictors." in d["text"]
+    text = joined_text(d)  # a page with headings comes as parts, one per heading section
+    assert "Pythons are constrictors." in text
     for junk in ("Home", "Site", "evil", "(c) 2026", "p{}"):
-        assert junk not in d["text"]
+        assert junk not in text
 
 
 def test_markdown_title_text_and_latin1():
@@ -69,3 +70,48 @@ def test_one_unreadable_file_never_fails_a_run_many_do():
     assert not too_many_unreadable(0, 5, 0.0)
     assert too_many_unreadable(2, 3, 0.5) and not too_many_unreadable(2, 4, 0.5)  # over the fraction, not at it
     assert too_many_unreadable(3, 10, 0.25) and not too_many_unreadable(3, 12, 0.25)
+
+
+def test_markdown_headings_outside_code_fences_make_sections():
+    md = (b"Intro before any heading.\n\n# Migration\nZebras cross.\n\n## Numbers ##\n\n```bash\n# not a heading\n```\n"
+          b"~~~\n## nor this\n~~~\n#hashtag is text\n### Deep\nfine\n# Predators\nCrocodiles.\n")
+    (d,) = parse_file("notes.md", md, CFG).docs
+    assert (d["title"], d["text"], d["unit"]) == ("Migration", "", "")
+    assert [(p["section"], p["text"]) for p in d["parts"]] == [
+        ("", "Intro before any heading."),
+        ("Migration", "# Migration\nZebras cross."),
+        ("Migration › Numbers",
+         "## Numbers ##\n\n```bash\n# not a heading\n```\n~~~\n## nor this\n~~~\n#hashtag is text"),
+        ("Migration › Numbers › Deep", "### Deep\nfine"),
+        ("Predators", "# Predators\nCrocodiles."),
+    ]
+    assert joined_text(d) == ("Intro before any heading.\n\n# Migration\nZebras cross.\n\n## Numbers ##\n\n```bash\n"
+                              "# not a heading\n```\n~~~\n## nor this\n~~~\n#hashtag is text\n\n### Deep\nfine\n\n"
+                              "# Predators\nCrocodiles.")
+    (plain,) = parse_file("plain.md", b"no headings\n```\n# in code\n```\n", CFG).docs
+    assert (plain["title"], plain["text"], plain["parts"]) == ("plain", "no headings\n```\n# in code\n```\n", [])
+
+
+def test_html_headings_make_sections_in_the_kept_body():
+    html = (b"<html><head><title>Herds</title></head><body><nav><h2>Menu</h2></nav><main><p>Intro</p>"
+            b"<h1>Zebras</h1><p>They cross.</p><h2>Numbers</h2><table><tr><td>2024</td><td>210000</td></tr></table>"
+            b"<h3></h3><p>Under an empty heading.</p><h1>Predators</h1><p>Crocodiles <b>wait</b>.</p></main>"
+            b"</body></html>")
+    (d,) = parse_file("h.html", html, CFG).docs
+    assert (d["title"], d["text"]) == ("Herds", "")
+    assert [(p["section"], p["text"]) for p in d["parts"]] == [
+        ("", "Intro"),
+        ("Zebras", "Zebras\nThey cross."),
+        ("Zebras › Numbers", "Numbers\n2024\n210000\nUnder an empty heading."),
+        ("Predators", "Predators\nCrocodiles\nwait\n."),
+    ]
+    (flat,) = parse_file("f.html", b"<p>One</p><!-- note --><p>Two</p>", CFG).docs
+    assert (flat["text"], flat["parts"]) == ("One\nTwo", [])  # as get_text("\n", strip=True): no comments
+
+
+def test_joined_text_joins_parts_by_section():
+    doc = {"doc_id": "", "source": "s", "title": "", "text": "", "metadata": "{}", "unit": "page",
+           "parts": [{"text": "a", "page": 1, "section": "A"}, {"text": "b", "page": 2, "section": "A"},
+                     {"text": "c", "page": 3, "section": "B"}]}
+    assert joined_text(doc) == "a\nb\n\nc"
+    assert joined_text({**doc, "parts": [], "text": "plain"}) == "plain"
