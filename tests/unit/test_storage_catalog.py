@@ -60,10 +60,14 @@ def test_expand_inputs(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "a.txt").write_text("a")
     (tmp_path / "d" / "b.md").write_text("b")
-    (tmp_path / "d" / "c.pdf").write_text("c")
+    (tmp_path / "d" / "c.bin").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    (tmp_path / "d" / "c.pdf").write_text("c")  # a PDF by name: read, and quarantined if it is not one
+    (tmp_path / "d" / "f").write_bytes((tmp_path / "d" / "c.bin").read_bytes())  # no extension, known by content
     (tmp_path / "e.pdf").write_text("e")
     got = expand([str(tmp_path / "d")])
-    assert [p.rsplit("/", 1)[1] for p in got.files] == ["a.txt", "b.md"] and got.skipped[0].endswith("c.pdf")
+    assert [p.rsplit("/", 1)[1] for p in got.files] == ["a.txt", "b.md", "c.pdf"]
+    assert [(k["source"].rsplit("/", 1)[1], k["type"]) for k in got.skipped] == [("c.bin", "ELF executable"),
+                                                                                  ("f", "ELF executable")]
     assert len(expand([str(tmp_path / "d" / "*.md")]).files) == 1
     assert expand([f"file://{tmp_path}/d"]).files == got.files
     assert expand([str(tmp_path / "e.pdf")]).files[0].endswith("e.pdf")  # named: quarantined later, not skipped
