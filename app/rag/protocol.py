@@ -131,7 +131,7 @@ class Citation(BaseModel):
     source: str
     title: str
     location: str  # where in its source ("p. 7", "slide 3"; `Passage.location`); "" when unknown
-    pages: tuple[int, ...]  # the PDF pages or slides it spans
+    pages: list[int]  # the PDF pages or slides it spans
     snippet: str
     score: float  # the reranker's, else the retriever's
     cited: bool  # whether the answer refers to it

@@ -12,6 +12,7 @@ from app.indexing import run_ingest
 from app.ingest.pipeline import IngestError
 from app.ingest.stages import DROP_REASONS
 from app.storage import Storage
+from tests import document_files as files
 from tests.helpers import PLANTED, topic_text
 
 
@@ -127,9 +128,24 @@ def test_a_hostile_corpus_is_ingested_around_its_bad_files(ray_cluster, tmp_path
     (d / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8)
     (d / "huge.txt").write_text("word " * 50_000)  # 250 kB
     (d / "empty.md").write_text("")
+    docs_dir = d / "docs"  # real documents, good and hostile; each hostile one within the sandbox's limits
+    docs_dir.mkdir()
+    pdf = files.text_pdf([["Lighthouse keepers log every ship that passes the cape."],
+                          ["Their log books since 1850 are kept in the harbour museum."]])
+    for name, data in {
+        "report.pdf": pdf, "notes.docx": files.docx_file(), "deck.pptx": files.pptx_file(),
+        "herds.xlsx": files.xlsx_file(), "scan.png": files.png(files.text_image(["Beavers build dams"])),
+        "mail.eml": files.eml("Survey results", "The owl survey is attached.", [
+            ("survey.pdf", "application/pdf", files.text_pdf([["Barn owls nest in the old mill every spring."]]))]),
+        "locked.pdf": files.encrypted(pdf), "broken.pdf": pdf[:400],
+        "bomb.docx": files.zeros_member(files.docx_file(), "word/media/zeros.bin", 200 << 20),
+        "laughs.docx": files.rezip(files.docx_file(), {"word/document.xml": files.BILLION_LAUGHS}),
+        "deep.eml": files.nested_eml(1000), "tool.bin": b"\x7fELF\x02\x01\x01" + bytes(64),
+    }.items():
+        (docs_dir / name).write_bytes(data)
     (d / "leak.txt").symlink_to(outside / "id_rsa.txt")
     (d / "sub" / "loop").symlink_to(d, target_is_directory=True)  # walking it would never end
-    cfg.ingest.read.max_file_bytes = 200_000  # deep.jsonl (100 kB) is read, huge.txt is not
+    cfg.ingest.read.max_file_bytes = 245_000  # deep.jsonl (100 kB) and bomb.docx (241 kB) are read, huge.txt not
     cfg.ingest.read.max_error_fraction = 0.5
     storage = Storage(str(tmp_path / "store"))
 
@@ -137,13 +153,18 @@ def test_a_hostile_corpus_is_ingested_around_its_bad_files(ray_cluster, tmp_path
 
     docs = report["documents"]
     assert report["reconciled"] and docs["read"] == docs["kept"] + sum(docs["dropped"].values())
-    assert docs["kept"] == 4, report  # the three good files and the flat record
-    assert {k: v for k, v in docs["dropped"].items() if v} == {"unreadable": 3, "too_large": 1,
+    # the three good files and the flat record; the pdf, docx, pptx, xlsx, png, the e-mail and its attachment; the
+    # deep e-mail and the 5 levels of it parsed (ingest.documents.max_attachment_depth)
+    assert docs["kept"] == 4 + 7 + 6, report
+    assert {k: v for k, v in docs["dropped"].items() if v} == {"unreadable": 7, "too_large": 1,
                                                                 "outside_roots": 1, "empty": 1}
     quarantined = {q["source"].rsplit("/", 1)[1]: q for q in report["quarantined"]}
-    assert set(quarantined) == {"malformed.html", "image.txt"}
+    assert {name: q["reason"].split(":")[0] for name, q in quarantined.items() if name != "malformed.html"} == {
+        "image.txt": "not a readable image",  # a PNG by its content, whatever its name says
+        "locked.pdf": "encrypted PDF (needs a password)", "broken.pdf": "broken PDF",
+        "bomb.docx": "decompression bomb", "laughs.docx": "XML with a DOCTYPE in word/document.xml"}
     assert quarantined["malformed.html"]["error"] == "ParserRejectedMarkup"
-    assert "binary content" in quarantined["image.txt"]["reason"]
+    assert report["inputs"]["skipped_files"] == [{"source": str(docs_dir / "tool.bin"), "type": "ELF executable"}]
     refused = {r["source"].rsplit("/", 1)[1]: r for r in report["inputs"]["refused_files"]}
     assert refused["huge.txt"]["reason"] == "too_large" and "250,000 bytes" in refused["huge.txt"]["detail"]
     assert refused["leak.txt"]["reason"] == "outside_roots" and "id_rsa" in refused["leak.txt"]["detail"]
@@ -153,6 +174,18 @@ def test_a_hostile_corpus_is_ingested_around_its_bad_files(ray_cluster, tmp_path
     assert {h.source.rsplit("/", 1)[1] for h in searcher.search("files with odd names", k=10)} >= {
         "odd name #1 [x] 100% ü.md", "good.txt"}
     assert all("id_rsa" not in h.source for h in searcher.search("PRIVATE KEY", mode="lexical", k=10))
+    # each document cited where it is: pages, slides, sheets, attachments, OCR
+    top = {q: searcher.search(q, k=1)[0] for q in ("log books harbour museum", "zebras lead the herd",
+                                                   "rain late this year", "barn owls nest", "beavers dams")}
+    assert (top["log books harbour museum"].source, top["log books harbour museum"].location) == (
+        str(docs_dir / "report.pdf"), "pp. 1–2")  # two short pages: one chunk
+    assert top["zebras lead the herd"].location.startswith("slide")
+    assert (top["rain late this year"].source, top["rain late this year"].location) == (
+        str(docs_dir / "herds.xlsx"), "sheet Herds")  # both sheets fit one chunk: it is labelled by its first
+    assert top["barn owls nest"].source == f"{docs_dir / 'mail.eml'}#attachment/survey.pdf"
+    assert top["beavers dams"].source == str(docs_dir / "scan.png") and top["beavers dams"].pages == [1]
+    row = next(r for r in Index.load(storage).chunks if r["chunk_id"] == top["log books harbour museum"].chunk_id)
+    assert storage.read_bytes(row["original"]) == pdf  # kept for the console's page view
 
 
 def test_missing_input_is_a_clear_error(ray_cluster, tmp_path, cfg):

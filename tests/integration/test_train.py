@@ -19,6 +19,13 @@ from app.train.run import run_training, training_runs
 from tests.helpers import ROOT, SAMPLE, metric_history
 
 
+# five bad records, one per reason a record is dropped: missing field, invalid JSON, empty, no template, too long
+BAD = ['{"instruction": "no answer here"}', "{not json", '{"instruction": "", "response": "x"}',
+       json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+       json.dumps({"instruction": "long " * 400, "response": "ok"})]
+BAD_COUNTS = {"bad_template": 1, "empty": 1, "invalid_json": 1, "missing_field": 1, "too_long": 1}
+
+
 def job(tiny_lm: str, **fields) -> TrainJobConfig:
     base = {"task": "sft", "model": tiny_lm, "sft": {"paths": [str(SAMPLE)], "max_length": 128},
             "num_workers": 2, "batch_size": 4, "lr": 1e-2, "epochs": 4, "max_steps": 8, "checkpoint_every": 4,
@@ -34,12 +41,18 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_pat
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     storage = Storage(str(tmp_path / "store"))
+    counts = {"records": 41, "kept": 41, "dropped": {}}
+    if strategy["strategy"] == "ddp":  # with bad records, skipped and counted (on_bad_record: skip)
+        data = tmp_path / "with-bad.jsonl"
+        data.write_text(SAMPLE.read_text().rstrip("\n") + "\n" + "\n".join(BAD) + "\n")
+        strategy = {**strategy, "on_bad_record": "skip", "sft": {"paths": [str(data)], "max_length": 128}}
+        counts = {"records": 46, "kept": 41, "dropped": BAD_COUNTS}
     record = run_training(job(tiny_lm, name="s", **strategy), storage)
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
     losses = metric_history(record, "loss")
     assert [s for s, _ in losses] == list(range(1, 9))
     assert losses[-1][1] < losses[0][1] * 0.8, losses
-    assert record["counts"] == {"records": 41, "kept": 41, "dropped": {}}
+    assert record["counts"] == counts
     m = record["metrics"]
     assert m["tokens_per_s"] > 0 and len(m["tokens_per_s_per_worker"]) == 2 and m["peak_memory_mb"] > 0
     assert m["checkpoint_save_s"] >= 0
@@ -101,11 +114,7 @@ def test_a_stopped_run_resumes_under_its_name(ray_cluster, tiny_lm, tmp_path):
 
 def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_path):
     data = tmp_path / "bad.jsonl"
-    good = SAMPLE.read_text().splitlines()[:12]
-    bad = ['{"instruction": "no answer here"}', "{not json", '{"instruction": "", "response": "x"}',
-           json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
-           json.dumps({"instruction": "long " * 400, "response": "ok"})]
-    data.write_text("\n".join(good + bad) + "\n")
+    data.write_text("\n".join(SAMPLE.read_text().splitlines()[:12] + BAD) + "\n")
     storage = Storage(str(tmp_path / "store"))
     with pytest.raises(ValueError) as e:
         run_training(job(tiny_lm, name="bad", sft={"paths": [str(data)], "max_length": 128}), storage)
@@ -113,11 +122,8 @@ def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_
     assert "5 of 17 training records are bad" in msg and "missing_field" in msg and "invalid_json" in msg
     assert "bad.jsonl" in msg and "on_bad_record: skip" in msg
     assert not storage.exists("train/bad")  # no worker ever started
-
-    record = run_training(job(tiny_lm, name="skip", on_bad_record="skip", max_steps=1,
-                              sft={"paths": [str(data)], "max_length": 128}), storage)
-    assert record["counts"] == {"records": 17, "kept": 12, "dropped": {
-        "bad_template": 1, "empty": 1, "invalid_json": 1, "missing_field": 1, "too_long": 1}}
+    # with on_bad_record: skip they are counted and training goes on: test_each_strategy_lowers_the_loss_and_exports
+    # [ddp] trains so
 
 
 def test_job_files_in_deployments_validate():

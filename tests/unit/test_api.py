@@ -134,7 +134,8 @@ def test_query_answers_with_citations_and_timings(client, stages):
     assert body["answer"] == "Zebras cross in July [1]." and body["finish_reason"] == "stop"
     assert [c["doc_id"] for c in body["citations"]] == ["zebra", "lion"]
     assert body["citations"][0]["cited"] and not body["citations"][1]["cited"]
-    assert set(body["citations"][0]) == {"n", "chunk_id", "doc_id", "source", "title", "snippet", "score", "cited"}
+    assert set(body["citations"][0]) == {"n", "chunk_id", "doc_id", "source", "title", "location", "pages", "snippet",
+                                         "score", "cited"}
     assert body["index_version"] == 3 and body["models"]["reranker"] == "none"
     assert {"retrieve", "rerank", "generate", "total"} <= set(body["timings_ms"])
     assert body["usage"] == {"prompt_tokens": 40, "completion_tokens": 5}
@@ -459,8 +460,11 @@ def test_openapi_describes_every_body_and_what_the_routes_send_matches_it(client
     for path, methods in spec["paths"].items():
         for method, op in methods.items():
             responses = op["responses"]
-            ok = responses["200"]["content"]["application/json"]["schema"]
-            assert ok.get("$ref") or ok.get("type") == "object", (method, path, ok)  # not `{}`: an undescribed body
+            if path.endswith("/pages/{page}"):  # a page image
+                assert set(responses["200"]["content"]) == {"image/png"}, (method, path)
+            else:
+                ok = responses["200"]["content"]["application/json"]["schema"]
+                assert ok.get("$ref") or ok.get("type") == "object", (method, path, ok)  # not `{}`: undescribed
             if path == "/healthz":  # open, and answers nothing else
                 continue
             assert responses["401"]["content"]["application/json"]["schema"] == error_ref, (method, path)
@@ -479,6 +483,8 @@ def test_openapi_describes_every_body_and_what_the_routes_send_matches_it(client
         ("GET", "/v1/models", "/v1/models", None), ("GET", "/v1/status", "/v1/status", None),
         ("GET", "/v1/chunks/{chunk_id}", "/v1/chunks/c1", None),
         ("GET", "/v1/chunks/{chunk_id}", "/v1/chunks/nope", None),  # 404
+        ("GET", "/v1/chunks/{chunk_id}/pages/{page}", "/v1/chunks/c1/pages/1", None),  # 404: not from a PDF
+        ("GET", "/v1/chunks/{chunk_id}/pages/{page}", "/v1/chunks/c1/pages/0", None),  # 422
         ("POST", "/v1/retrieve", "/v1/retrieve", {"query": "zebra"}),
         ("POST", "/v1/retrieve", "/v1/retrieve", {"query": "zebra", "top_k": 0}),  # 422
         ("POST", "/v1/rerank", "/v1/rerank", {"query": "zebra", "documents": ["x", "y"]}),

@@ -16,7 +16,8 @@ from pathlib import Path
 # each other (app.ingest and app.index meet only in app.indexing; app.train and app.eval share what sits below).
 LAYERS: list[set[str]] = [
     {"app", "app.errors"},  # `app` is the package's own __init__ (its version)
-    {"app.envs", "app.fusion", "app.demo_corpus", "app.config_files", "app.passage"},  # env variables; pure helpers
+    {"app.envs", "app.fusion", "app.demo_corpus", "app.config_files", "app.passage",
+     "app.page_view"},  # env variables; pure helpers
     {"app.config", "app.storage", "app.raycluster", "app.hardware"},  # … and what this machine computes with
     {"app.catalog", "app.tracking", "app.apikeys", "app.runs"},  # versions, runs and keys kept in storage
     {"app.models", "app.dataset"},  # model roles; the files of a dataset version

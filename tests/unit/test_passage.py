@@ -10,27 +10,29 @@ from app.index.search import ChunkTable
 from app.passage import ChunkRef, ChunkRow, Passage
 
 ROW: ChunkRow = {"chunk_id": "c1", "doc_id": "zebra", "chunk_index": 2, "source": "/d/z.txt", "title": "Zebras",
-                 "text": "Zebras cross the Mara river in July.", "start_char": 40, "end_char": 76,
+                 "text": "Zebras cross the Mara river in July.", "start_char": 40, "end_char": 76, "pages": [3, 4],
+                 "section": "Migration", "location": "pp. 3–4", "original": "originals/ab.pdf",
                  "metadata": '{"lang": "en"}'}
+ROW_ONLY = {"metadata", "original"}  # what a row keeps that a passage does not carry
 PASSAGE_ONLY = {"rank", "score", "rerank_score"}  # what a search adds to a row
 
 
 def test_a_row_and_a_passage_name_the_same_chunk_fields():
     assert list(ChunkRow.__annotations__) == CHUNK_COLUMNS  # the parquet columns, in order
-    assert set(Passage.model_fields) - PASSAGE_ONLY == set(CHUNK_COLUMNS) - {"metadata"}
+    assert set(Passage.model_fields) - PASSAGE_ONLY == set(CHUNK_COLUMNS) - ROW_ONLY
 
 
 def test_a_cited_source_is_a_chunk_with_its_document():
     from app.rag.protocol import Source
 
-    assert set(Source.model_fields) - {"index_version", "document"} == set(ChunkRef.model_fields)
+    assert set(Source.model_fields) - {"index_version", "document", "original"} == set(ChunkRef.model_fields)
     assert set(ChunkRef.model_fields) < set(Passage.model_fields)
 
 
 def test_a_search_hit_is_its_row_with_its_rank_and_score():
     table = ChunkTable(pa.Table.from_pylist([ROW]))
     p = Passage.from_row(table.rows([0])[0], rank=1, score=0.5)
-    assert p.model_dump() == {**{k: v for k, v in ROW.items() if k != "metadata"}, "rank": 1, "score": 0.5,
+    assert p.model_dump() == {**{k: v for k, v in ROW.items() if k not in ROW_ONLY}, "rank": 1, "score": 0.5,
                               "rerank_score": None}
     reranked = p.model_copy(update={"rerank_score": 2.5})  # frozen: the reranker's copy, the retriever's unchanged
     assert (p.rerank_score, reranked.rerank_score) == (None, 2.5)

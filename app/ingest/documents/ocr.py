@@ -92,7 +92,9 @@ def parse_image(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise Unreadable(f"decompression bomb: {e} (ingest.documents.max_image_pixels is "
                          f"{cfg.max_image_pixels:,})") from e
-    except OSError as e:  # UnidentifiedImageError is one; so is a truncated or corrupt image
+    except Image.UnidentifiedImageError as e:  # its message names the BytesIO object, which says nothing
+        raise Unreadable("not a readable image: no image format recognises its content") from e
+    except OSError as e:  # a truncated or corrupt image
         raise Unreadable(f"not a readable image: {e}") from e
     metadata = {"format": "image", "image_format": kind, "pages": frames}
     return [{"doc_id": "", "source": source, "title": "", "text": "", "metadata": json.dumps(metadata),
