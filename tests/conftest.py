@@ -15,7 +15,15 @@ import ray
 from ray import serve
 
 from app.raycluster import NAMESPACE
-from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, Served, free_port, train_sft, write_corpus
+from tests.helpers import (
+    GRAPH_DEPLOYMENT_OPTIONS,
+    GRAPH_OVERRIDES,
+    Served,
+    free_port,
+    lighthouses_pdf,
+    train_sft,
+    write_corpus,
+)
 
 # Run order: the quick tier first; e2e before the tiers that start the session's Ray (integration, browser), because
 # `ray up`/`ray down` stop every Ray on this machine and so the e2e test refuses to run beside one.
@@ -125,10 +133,11 @@ def tiny_lm_vllm(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     """The Serve graph with the packaged models and vLLM on the session's Ray, deployed once for the browser and
-    serve tests (which `run_order` runs last, the browser's first), over a store with: the fixture corpus ingested
-    through the IngestService (index version 1; Operate lists the run) and one SFT version of the tiny Llama
-    (`sft` v1, unpromoted; Operate plots its run). Tests may add to it (an index version, a promoted model) and say
-    so in their docstrings; the last serve tests change what is served (a promoted generator, a killed engine)."""
+    serve tests (which `run_order` runs last, the browser's first), over a store with: the fixture corpus and a
+    two-page PDF ingested through the IngestService (index version 1; Operate lists the run) and one SFT version of
+    the tiny Llama (`sft` v1, unpromoted; Operate plots its run). Tests may add to it (an index version, a promoted
+    model) and say so in their docstrings; the last serve tests change what is served (a promoted generator, a
+    killed engine)."""
     from app import apikeys, serving
     from app.config import load_config
     from app.services.ingest import get_or_start as ingest_service
@@ -137,6 +146,7 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("served")
     storage = Storage(str(tmp / "store"))
     write_corpus(tmp / "corpus")
+    (tmp / "corpus" / "lighthouses.pdf").write_bytes(lighthouses_pdf())  # a PDF whose pages the console shows
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
     service = ingest_service(storage)  # as `ragline ingest` does
     run_id = ray.get(service.submit.remote([str(tmp / "corpus")], cfg.model_dump()))

@@ -81,6 +81,14 @@ def topic_text(i: int, words: int = 120) -> str:
     return f"Topic {i}. " + " ".join(f"term{i}x{j}" for j in range(words))
 
 
+def lighthouses_pdf() -> bytes:
+    """A two-page PDF for the served graph's corpus: the console shows its pages (tests/browser)."""
+    from tests import document_files
+
+    return document_files.text_pdf([["Lighthouse keepers log every ship that passes the cape."],
+                                    ["Their log books since 1850 are kept in the harbour museum."]])
+
+
 def write_corpus(d: Path) -> dict[str, int]:
     """Fixture corpus; returns the counts every ingest of it must report."""
     d.mkdir(parents=True, exist_ok=True)

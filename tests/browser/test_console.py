@@ -96,6 +96,23 @@ def test_ask_streams_a_cited_answer_and_opens_the_cited_span(served, page):
     page.wait_for_function("document.querySelectorAll('.turn [data-testid=answer]:not(.streaming)').length == 2")
     assert page.locator(".turn").count() == 2 and not page.inner_text("#ask-error")
 
+    # a passage from a PDF opens beside its page, rendered by the server with the passage highlighted (opened as a
+    # citation link opens it: asking a third question would only cost another answer's time)
+    r = httpx.post(f"{served.url}/v1/retrieve", json={"query": "harbour museum log books", "top_k": 1},
+                   headers=served.auth, timeout=30)
+    (hit,) = r.json()["hits"]
+    assert hit["source"].endswith("lighthouses.pdf") and (hit["location"], hit["pages"]) == ("pp. 1–2", [1, 2])
+    page.evaluate("(c) => openPassage(c)", {"n": 1, **hit})
+    page.wait_for_function("document.getElementById('passage-page-image').naturalWidth > 0")
+    assert page.is_visible("#passage-page") and "pp. 1–2" in page.inner_text("#passage-meta")
+    assert "page 1 of lighthouses.pdf" in page.inner_text("#passage-page-caption")
+    png = httpx.get(f"{served.url}/v1/chunks/{hit['chunk_id']}/pages/1", headers=served.auth, timeout=30)
+    assert png.headers["content-type"] == "image/png" and png.content.startswith(b"\x89PNG")
+    missing = httpx.get(f"{served.url}/v1/chunks/{hit['chunk_id']}/pages/3", headers=served.auth, timeout=30)
+    assert missing.status_code == 404 and "has 2 pages" in missing.json()["error"]["message"]
+    page.screenshot(path=str(ARTIFACTS / "console-page.png"), full_page=False)
+    page.click("#passage-close")
+
 
 def test_operate_shows_what_the_api_says(served, page):
     page.click(".tab[data-view=operate]")

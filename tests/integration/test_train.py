@@ -18,7 +18,6 @@ from app.train.config import TrainJobConfig, load_job_config
 from app.train.run import run_training, training_runs
 from tests.helpers import ROOT, SAMPLE, metric_history
 
-
 # five bad records, one per reason a record is dropped: missing field, invalid JSON, empty, no template, too long
 BAD = ['{"instruction": "no answer here"}', "{not json", '{"instruction": "", "response": "x"}',
        json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
