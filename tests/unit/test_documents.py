@@ -144,7 +144,7 @@ def test_pdf_a_part_per_page_in_reading_order_with_lines_kept():
 def test_pdf_sections_follow_the_outline():
     outline = [("Arrival", 0, 0), ("Crossing", 1, 1), ("Danger", 0, 2)]
     doc = only(parse_document("pdf", "o.pdf", text_pdf(CROSSING, outline=outline), CFG))
-    assert doc["title"] == ""
+    assert doc["title"] == "o"  # no metadata title: the file's name
     assert [p["section"] for p in doc["parts"]] == ["Arrival", "Arrival › Crossing", "Danger"]
 
 

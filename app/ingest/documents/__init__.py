@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
 from app.config import DocumentsConfig
 from app.ingest.documents.detect import describe, detect
@@ -62,4 +63,7 @@ def parse_document(fmt: str, source: str, data: bytes, cfg: DocumentsConfig, dep
         return _MAIL[fmt](source, data, cfg, depth, attachment)
     if fmt not in _PARSERS:
         raise ValueError(f"not a document format: {fmt!r} (one of {', '.join(sorted(DOCUMENT_FORMATS))})")
-    return _PARSERS[fmt](source, data, cfg)
+    docs = _PARSERS[fmt](source, data, cfg)
+    for doc in docs:  # a file without a title of its own is called by its name, as text files are
+        doc["title"] = doc["title"] or PurePosixPath(source).stem
+    return docs
