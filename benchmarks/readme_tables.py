@@ -303,6 +303,86 @@ def ingest_scale_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def _cell(text: str) -> str:
+    """Text (an error message) inside a table cell: one line, no column separators."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def documents_table(r: dict[str, Any], source: str) -> str:
+    corpus, c, ratios = r["corpus"], r["contenders"], r["ratios"]
+    packages = [p for p in corpus["packages"] if p != "(given)"]
+    origin = f"the manuals of {len(packages)} Debian packages" if packages else f"`{corpus['dir']}`"
+    lines = [
+        f"{corpus['files']} PDFs, {corpus['pages']:,} pages ({corpus['text_pages']:,} with text), "
+        f"{corpus['bytes'] / 2**20:.0f} MiB: {origin}; median of {r['repeats']} runs of each parser, in turn. "
+        "Fidelity: word-level similarity (normalized Indel) to Poppler's `pdftotext` of the same file, the median "
+        "over the documents and the mean weighted by their words "
+        f"(`{r['command'].strip()}`, {r['date']}, {source}):",
+        "",
+        "| parser | seconds | pages/s | fidelity: median over documents | by words |",
+        "|---|---|---|---|---|",
+    ]
+    for name, x in c.items():
+        if not x["ok"]:
+            lines.append(f"| {x['label']} | failed: `{_cell(x['error'])}` | – | – | – |")
+            continue
+        fid = (("the reference", "–") if name == "pdftotext" else
+               (f"{x['fidelity']['median']:.3f}", f"{x['fidelity']['word_weighted']:.3f}"))
+        lines.append(f"| {x['label']} | {x['median_s']:.1f} | {x['pages_per_s']:.1f} | {fid[0]} | {fid[1]} |")
+        if name == "ragline":
+            lines.append(f"| Ragline's parse stage (wall; {x['parse_busy_s']:.1f} s busy) | {x['parse_wall_s']:.1f} | "
+                         f"{x['parse_pages_per_wall_s']:.1f} | – | – |")
+    lines.append("")
+    if "ragline_over_fastest" in ratios:
+        lines.append(f"Ragline's pages/s over {ratios['fastest_baseline']}'s, the faster plain parser: "
+                     f"**{ratios['ragline_over_fastest']:.2f}x** end to end (embedding included), "
+                     f"{ratios.get('ragline_parse_over_fastest', 0):.2f}x its parse stage.")
+    elif ratios:
+        lines.append(f"No Ragline figure yet (its run failed); the faster plain parser is {ratios['fastest_baseline']}"
+                     f", {ratios['fastest_baseline_pages_per_s']:.1f} pages/s.")
+    model = r.get("versions", {}).get("spacy_model", {})
+    if "stand-in" in (model.get("description") or ""):
+        lines.append("")
+        lines.append("unstructured classified its elements with a stand-in for spaCy's en_core_web_sm (not "
+                     "downloadable here: a tokenizer and sentencizer, no tagger): the same text, at an upper bound of "
+                     "its speed (with the real model's weights it took 2.3-2.4x as long on a 560-page sample).")
+    return "\n".join(lines)
+
+
+def documents_quality_table(r: dict[str, Any], source: str) -> str:
+    layout, corpora = r["layout"], r["corpora"]
+    forms = ["a JSONL corpus (a record per paragraph)"]
+    if pdf := layout.get("pdf"):
+        forms.append(f"PDFs ({pdf['pages']:,} A5 pages; {pdf['paragraphs_across_pages']} of {pdf['paragraphs']} "
+                     "paragraphs cross a page break)")
+    if "docx" in layout:
+        forms.append("DOCX files")
+    mode = next((c["mode"] for c in corpora.values() if c["ok"]), "hybrid")
+    lines = [
+        f"SQuAD `{r['dataset']}`'s {r['articles']} articles as {', '.join(forms[:-1])} and {forms[-1]}"
+        if len(forms) > 1 else f"SQuAD `{r['dataset']}`'s {r['articles']} articles as {forms[0]}",
+    ]
+    lines[0] += (f", each ingested by `ragline ingest` (Ragline {r['ragline']['commit']}); {r['questions']:,} "
+                 f"{r['split']} questions, top {r['k']} {mode} hits each. Found: a hit holds a gold answer and "
+                 f"{r['min_shared_words']} words in a row of its paragraph (`{r['command'].strip()}`, {r['date']}, "
+                 f"{source}):")
+    lines += ["", f"| corpus | documents kept | chunks | found in the top {r['k']} | vs JSONL | "
+              "answer's page in the hit's pages |", "|---|---|---|---|---|---|"]
+    names = {"jsonl": "JSONL", "pdf": "PDF", "docx": "DOCX"}
+    for name, c in corpora.items():
+        if not c["ok"]:
+            lines.append(f"| {names[name]} | failed: `{_cell(c['error'])}` | – | – | – | – |")
+            continue
+        ratio = "1.00x" if name == "jsonl" else (f"{r['ratios'][f'{name}_over_jsonl']:.3f}x"
+                                                 if f"{name}_over_jsonl" in r["ratios"] else "–")
+        page = c.get("answer_page", {}).get("share")
+        lines.append(f"| {names[name]} | {c['documents']['kept']:,} | {c['chunks']:,} | {c['found_rate']:.3f} "
+                     f"({c['found']:,}) | {ratio} | {'–' if page is None else f'{page:.1%}'} |")
+    lines += ["", "Goals: PDF and DOCX ≥ 0.98x JSONL's found rate; the answer's page among the PDF hit's pages for ≥ "
+              "95% of the found questions."]
+    return "\n".join(lines)
+
+
 def train_table(r: dict[str, Any], source: str) -> str:
     labels = {"plain": "plain PyTorch loop, one process, all cores", "ddp": "Ragline DDP",
               "fsdp": "Ragline FSDP2", "deepspeed-zero2": "Ragline DeepSpeed ZeRO-2"}
@@ -339,12 +419,20 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "serve": serve_table, "scale": scale_table,
                                                            "train": train_table,
                                                            "ingest_scale": ingest_scale_table,
-                                                           "serve_profile": serve_profile_table, "ci": ci_table}
+                                                           "serve_profile": serve_profile_table, "ci": ci_table,
+                                                           "documents": documents_table,
+                                                           "documents_quality": documents_quality_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
            "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
-           "ci": "ci_durations.py"}
+           "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py"}
+
+
+def _filled(body: str) -> Callable[[re.Match[str]], str]:
+    """A block's replacement: its markers around `body`, taken literally (a function, not a template, so that a
+    backslash in the body stays one)."""
+    return lambda mt: f"{mt.group(1)}{body}\n{mt.group(2)}"
 
 
 def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(TABLES)) -> str:
@@ -358,7 +446,7 @@ def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(
         pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
         if not pattern.search(readme):
             raise ValueError(f"README.md has no <!-- table:{name} --> … <!-- /table:{name} --> block")
-        readme = pattern.sub(lambda mt, body=body: f"{mt.group(1)}{body}\n{mt.group(2)}", readme)
+        readme = pattern.sub(_filled(body), readme)
     return readme
 
 

@@ -55,3 +55,70 @@ def test_a_rerun_on_another_cpu_adds_its_table_and_each_names_its_cpu(tmp_path):
     out = readme_tables.render(BLOCK, tmp_path, ("quality",))
     first, second = out.index("On an AMD EPYC with AVX512-BF16"), out.index("On AMD EPYC 7B13 (avx2), 2 cores, 23 GiB")
     assert first < second and "0.725" in out and "| 0.710 |" in out and "2026-11-25" not in out
+
+
+def documents_result(ragline_ok: bool) -> dict:
+    def parser(label: str, seconds: float, fid: float | None) -> dict:
+        out = {"label": label, "ok": True, "median_s": seconds, "pages_per_s": round(2780 / seconds, 2)}
+        return {**out, "fidelity": {"median": fid, "mean": fid - 0.01, "word_weighted": fid + 0.01}} if fid else out
+
+    contenders = {"pdftotext": parser("Poppler pdftotext", 7.2, None), "pypdf": parser("pypdf loop", 63.5, 0.95),
+                  "unstructured": parser("unstructured fast", 180.0, 0.97)}
+    if ragline_ok:
+        contenders["ragline"] = {**parser("Ragline", 139.0, 0.99), "parse_wall_s": 20.0, "parse_busy_s": 35.0,
+                                 "parse_pages_per_wall_s": 139.0}
+        ratios = {"fastest_baseline": "pypdf", "fastest_baseline_pages_per_s": 43.78, "ragline_over_fastest": 0.457,
+                  "ragline_parse_over_fastest": 3.175}
+    else:
+        contenders["ragline"] = {"label": "Ragline", "ok": False,
+                                 "error": "ModuleNotFoundError: No module named 'a|b'\n"}
+        ratios = {"fastest_baseline": "pypdf", "fastest_baseline_pages_per_s": 43.78}
+    return {"command": "python benchmarks/documents_bench.py --repeats 3", "date": "2026-11-27", "repeats": 3,
+            "corpus": {"dir": "/x", "files": 61, "pages": 2780, "text_pages": 2700, "bytes": 31515442,
+                       "packages": {"r-doc-pdf": {}, "gnuplot-doc": {}}},
+            "versions": {"spacy_model": {"description": "stand-in for en_core_web_sm"}},
+            "contenders": contenders, "ratios": ratios}
+
+
+def test_the_documents_table_shows_each_parser_and_a_failed_ragline_with_its_error(tmp_path):
+    block = "<!-- table:documents -->\n<!-- /table:documents -->\n"
+    (tmp_path / "documents-2026-11-27.json").write_text(json.dumps(documents_result(ragline_ok=False)))
+    out = readme_tables.render(block, tmp_path, ("documents",))
+    assert "61 PDFs, 2,780 pages (2,700 with text), 30 MiB: the manuals of 2 Debian packages" in out
+    assert "| pypdf loop | 63.5 | 43.8 | 0.950 | 0.960 |" in out
+    assert "| Poppler pdftotext | 7.2 | 386.1 | the reference | – |" in out
+    assert "| Ragline | failed: `ModuleNotFoundError: No module named 'a\\|b'` | – | – | – |" in out
+    assert "No Ragline figure yet (its run failed); the faster plain parser is pypdf, 43.8 pages/s." in out
+    assert "stand-in for spaCy's en_core_web_sm" in out
+    assert readme_tables.render(out, tmp_path, ("documents",)) == out  # the escaped "|" survives a re-render
+
+    (tmp_path / "documents-2026-11-28.json").write_text(json.dumps(documents_result(ragline_ok=True)))
+    out = readme_tables.render(block, tmp_path, ("documents",))
+    assert "| Ragline | 139.0 | 20.0 | 0.990 | 1.000 |" in out
+    assert "| Ragline's parse stage (wall; 35.0 s busy) | 20.0 | 139.0 | – | – |" in out
+    assert "**0.46x** end to end (embedding included), 3.17x its parse stage" in out
+
+
+def test_the_documents_quality_table_sets_each_corpus_against_jsonl(tmp_path):
+    def corpus(found: int, page: float | None = None) -> dict:
+        out = {"ok": True, "documents": {"kept": 24}, "chunks": 1500, "found": found,
+               "found_rate": round(found / 1038, 4), "mode": "hybrid"}
+        return {**out, "answer_page": {"share": page}} if page is not None else out
+
+    r = {"command": "python benchmarks/documents_quality.py", "date": "2026-11-27", "dataset": "dev-a-v1.1.json",
+         "split": "dev", "questions": 1038, "k": 5, "min_shared_words": 8, "articles": 24,
+         "ragline": {"commit": "abc1234"},
+         "layout": {"jsonl": {}, "pdf": {"pages": 357, "paragraphs": 913, "paragraphs_across_pages": 261},
+                    "docx": {}},
+         "corpora": {"jsonl": corpus(1000), "pdf": corpus(990, 0.97),
+                     "docx": {"ok": False, "error": "no supported files"}},
+         "ratios": {"pdf_over_jsonl": 0.99}}
+    (tmp_path / "documents_quality-2026-11-27.json").write_text(json.dumps(r))
+    out = readme_tables.render("<!-- table:documents_quality -->\n<!-- /table:documents_quality -->\n", tmp_path,
+                               ("documents_quality",))
+    assert ("articles as a JSONL corpus (a record per paragraph), PDFs (357 A5 pages; 261 of 913 paragraphs cross a "
+            "page break) and DOCX files, each ingested by `ragline ingest` (Ragline abc1234); 1,038 dev questions, "
+            "top 5 hybrid hits each") in out
+    assert "| JSONL | 24 | 1,500 | 0.963 (1,000) | 1.00x | – |" in out
+    assert "| PDF | 24 | 1,500 | 0.954 (990) | 0.990x | 97.0% |" in out
+    assert "| DOCX | failed: `no supported files` | – | – | – | – |" in out
