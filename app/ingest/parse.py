@@ -127,13 +127,13 @@ def _parquet(data: bytes, source: str, cfg: ReadConfig) -> Parsed:
 
 def parts_by_section(blocks: list[tuple[str, str]]) -> list[Part]:
     """(section, text) blocks in reading order → a part per run of blocks of one section (`page` 0)."""
-    parts: list[Part] = []
+    runs: list[tuple[str, list[str]]] = []  # joined once at the end: += on a growing part would be quadratic
     for section, text in blocks:
-        if parts and parts[-1]["section"] == section:
-            parts[-1]["text"] += "\n" + text
+        if runs and runs[-1][0] == section:
+            runs[-1][1].append(text)
         else:
-            parts.append({"text": text, "page": 0, "section": section})
-    return parts
+            runs.append((section, [text]))
+    return [{"text": "\n".join(texts), "page": 0, "section": section} for section, texts in runs]
 
 
 def _under(path: list[tuple[int, str]], level: int, heading: str) -> list[tuple[int, str]]:
