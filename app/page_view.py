@@ -17,9 +17,12 @@ from app.errors import NotFound
 _PDFIUM = threading.Lock()  # PDFium is not thread-safe, and the API serves requests on several threads
 
 
-def render_page(data: bytes, page: int, width_px: int, passage: str) -> bytes:
-    """Page `page` (1-based) of the PDF `data`, `width_px` wide, `passage` highlighted. NotFound if the PDF has no
-    such page."""
+MAX_PIXELS = 4_000_000  # a page image's area: a page 1 pt wide and a mile tall must not render a mile of pixels
+
+
+def render_page(data: bytes, page: int, width_px: int, passage: str, max_pixels: int = MAX_PIXELS) -> bytes:
+    """Page `page` (1-based) of the PDF `data`, `width_px` wide (narrower where that would exceed `max_pixels`),
+    `passage` highlighted. NotFound if the PDF has no such page."""
     import pypdfium2 as pdfium
     from PIL import Image, ImageDraw
 
@@ -30,7 +33,10 @@ def render_page(data: bytes, page: int, width_px: int, passage: str) -> bytes:
                 raise NotFound(f"the document has {len(pdf)} pages, not page {page}")
             p = pdf[page - 1]
             width_pt, height_pt = p.get_size()  # PDF points (1/72 inch)
-            scale = width_px / width_pt
+            # PDFium rounds each side up to a whole pixel: one pixel less a side keeps the area within the cap
+            short = min(width_pt, height_pt)
+            fit = ((max_pixels / (width_pt * height_pt)) ** 0.5 * short - 1) / short
+            scale = min(width_px / width_pt, fit)
             image = p.render(scale=scale).to_pil().convert("RGBA")
             boxes = _boxes(p.get_textpage(), passage)
         finally:

@@ -16,9 +16,11 @@ import pytest
 from PIL import Image
 
 from app.config import DocumentsConfig
-from app.ingest.documents import DOCUMENT_FORMATS, describe, detect, parse_document, render_page
+from app.errors import NotFound
+from app.ingest.documents import DOCUMENT_FORMATS, describe, detect, parse_document
 from app.ingest.documents.pdf import fit_scale
 from app.ingest.parse import Doc, Unreadable, joined_text
+from app.page_view import render_page
 from tests.document_files import (
     BILLION_LAUGHS,
     cfb,
@@ -192,12 +194,12 @@ def test_pdf_encrypted_broken_and_too_long():
 
 def test_render_page_is_a_png_within_the_pixel_limit():
     pdf = text_pdf(CROSSING)
-    page = Image.open(io.BytesIO(render_page(pdf, 2, 1.0)))
-    assert page.format == "PNG" and page.size == (596, 842)  # A4 in points, one pixel each
-    small = Image.open(io.BytesIO(render_page(pdf, 1, 4.0, max_pixels=10_000)))
+    page = Image.open(io.BytesIO(render_page(pdf, 2, 595, "")))
+    assert page.format == "PNG" and page.size == (595, 842)  # A4 in points, one pixel each
+    small = Image.open(io.BytesIO(render_page(pdf, 1, 2000, "", max_pixels=10_000)))
     assert small.width * small.height <= 10_000
-    with pytest.raises(IndexError):
-        render_page(pdf, 4, 1.0)
+    with pytest.raises(NotFound):
+        render_page(pdf, 4, 595, "")
 
 
 def test_fit_scale_lowers_the_scale_never_raises_it():

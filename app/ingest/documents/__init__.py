@@ -34,10 +34,10 @@ from app.ingest.documents.detect import describe, detect
 from app.ingest.documents.mail import parse_eml, parse_msg
 from app.ingest.documents.ocr import parse_image
 from app.ingest.documents.office import parse_csv, parse_docx, parse_pptx, parse_xlsx
-from app.ingest.documents.pdf import parse_pdf, render_page
+from app.ingest.documents.pdf import parse_pdf
 from app.ingest.parse import Doc, parse_text
 
-__all__ = ["DOCUMENT_FORMATS", "describe", "detect", "parse_document", "render_page"]
+__all__ = ["DOCUMENT_FORMATS", "describe", "detect", "parse_document"]
 
 _PARSERS: dict[str, Callable[[str, bytes, DocumentsConfig], list[Doc]]] = {
     "pdf": parse_pdf, "docx": parse_docx, "pptx": parse_pptx, "xlsx": parse_xlsx, "csv": parse_csv,

@@ -3,7 +3,6 @@ text layer; the section of a page is the outline (bookmark) path in effect on it
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Iterator
@@ -143,19 +142,3 @@ def parse_pdf(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         metadata["ocr_pages"] = ocred
     return [{"doc_id": "", "source": source, "title": title, "text": "", "metadata": json.dumps(metadata),
              "parts": parts, "unit": "page"}]
-
-
-def render_page(data: bytes, page: int, scale: float, *, max_pixels: int = _DEFAULT_MAX_PIXELS) -> bytes:
-    """Page `page` (1-based) of a PDF as a PNG, `scale` pixels per point (lowered to stay within `max_pixels`).
-    Raises Unreadable for a PDF PDFium cannot open, IndexError for a page it does not have."""
-    with _open(data) as pdf:
-        if not 1 <= page <= len(pdf):
-            raise IndexError(f"page {page} of a {len(pdf)}-page PDF")
-        pdf_page = pdf[page - 1]
-        width, height = pdf_page.get_size()
-        bitmap = pdf_page.render(scale=fit_scale(width, height, scale, max_pixels))
-        out = io.BytesIO()
-        bitmap.to_pil().save(out, format="PNG")
-        bitmap.close()
-        pdf_page.close()
-    return out.getvalue()
