@@ -10,19 +10,29 @@ from app.catalog import Catalog
 from app.config import AppConfig
 from app.errors import NotFound
 from app.index.build import build_index as build
-from app.ingest.pipeline import IngestReport, IngestReportDict, OnStart, ingest_dataset
+from app.ingest.pipeline import DeleteReport, IngestReport, IngestReportDict, OnStart, delete_documents, ingest_dataset
 from app.storage import Storage
 
 
 def run_ingest(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
-               build_index: bool = True, on_start: OnStart | None = None) -> IngestReportDict:
-    """Ingest `paths`; returns the run report (`IngestReport.to_dict`). Publishes a dataset version when anything
-    new was kept, then (`build_index`) an index version from it. Raises UserError for bad inputs and IngestError
-    when too many files are unreadable."""
-    report = ingest_dataset(paths, cfg, storage, run_id=run_id, on_start=on_start)
+               build_index: bool = True, on_start: OnStart | None = None, sync: bool = False) -> IngestReportDict:
+    """Ingest `paths` (with `sync`, also deleting what is gone from under them); returns the run report
+    (`IngestReport.to_dict`). Publishes a dataset version when the corpus changed, then (`build_index`) an index
+    version from it. Raises UserError for bad inputs and IngestError when too many files are unreadable."""
+    report = ingest_dataset(paths, cfg, storage, run_id=run_id, on_start=on_start, sync_roots=sync)
     if build_index and report.published:
         report.index_version = build(storage, cfg, report.dataset_version).version
     return report.to_dict()
+
+
+def delete(doc_ids: list[str], prefixes: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
+           build_index: bool = True) -> DeleteReport:
+    """Remove documents by id or source prefix in a new dataset version, then (`build_index`) index it: the graph
+    stops serving them once it swaps to that index version."""
+    report = delete_documents(storage, doc_ids, prefixes, run_id)
+    if build_index:
+        report.index_version = build(storage, cfg, report.dataset_version).version
+    return report
 
 
 def ensure_index(dataset_dir: Path, storage: Storage, cfg: AppConfig) -> IngestReport:

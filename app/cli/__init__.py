@@ -37,6 +37,7 @@ app.callback()(main_options)
 
 # in the order `ragline --help` lists them
 app.command()(ingest.ingest)
+app.command()(ingest.delete)
 index_app.command("build")(index.index_build)
 app.command()(index.search)
 app.command()(serve.status)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from app.cli.context import Context, connect
-from app.cli.render import err, fail, out, print_ingest_report, print_json
+from app.cli.render import err, fail, out, print_delete_report, print_ingest_report, print_json
 
 if TYPE_CHECKING:
     from app.services.runs import IngestRunStatus
@@ -44,13 +44,19 @@ def ingest(
     in_process: Annotated[bool, typer.Option(help="Run the pipeline from this process instead of the "
                                              "IngestService (for `ray job submit` entrypoints).")] = False,
     index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
+    sync: Annotated[bool, typer.Option(help="Also delete the documents of files that are gone from under PATHS "
+                                       "(files ingested from elsewhere are never touched).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Ingest documents through the IngestService and print the run's report.
 
     Reads PDF (OCR for scanned pages), DOCX, PPTX, XLSX, CSV, EML and MSG (attachments too), images (OCR), JSONL,
     Parquet, text, Markdown and HTML, each file's type known by its content. A file that cannot be read is
-    quarantined with its reason; an unsupported one is reported as skipped, with its type."""
+    quarantined with its reason; an unsupported one is reported as skipped, with its type.
+
+    Run it again on the same paths to bring the corpus up to date: unchanged files are not read, a changed file's
+    documents replace its old ones (a file that no longer parses keeps them), and with --sync deleted files take
+    their documents with them, in a new dataset and index version."""
     import ray
 
     from app.indexing import run_ingest
@@ -63,10 +69,10 @@ def ingest(
     expand(local, read.max_file_bytes, read.follow_symlinks)  # a missing path: say so before queueing
     connect(c)
     if in_process:
-        report = run_ingest(local, c.cfg, c.storage, build_index=index)
+        report = run_ingest(local, c.cfg, c.storage, build_index=index, sync=sync)
     else:
         service = get_or_start(c.storage)
-        run_id = ray.get(service.submit.remote(local, c.cfg.model_dump(), index))
+        run_id = ray.get(service.submit.remote(local, c.cfg.model_dump(), index, sync))
         if detach:
             print_json({"run_id": run_id}) if as_json else out.print(f"queued ingest run {run_id}")
             return
@@ -75,3 +81,40 @@ def ingest(
             raise typer.Exit(fail(f"ingest run {run_id} failed: {st['error']}"))
         report = st["report"]
     print_json(report) if as_json else print_ingest_report(report)
+
+
+def delete(
+    ctx: typer.Context,
+    doc_ids: Annotated[list[str] | None, typer.Argument(help="Ids of the documents to remove.",
+                                                        show_default=False)] = None,
+    source: Annotated[list[str] | None, typer.Option(help="Remove every document of this file, or of the files "
+                                                     "under this directory or matching this glob (local or "
+                                                     "s3:// / gs://; repeatable).", show_default=False)] = None,
+    in_process: Annotated[bool, typer.Option(help="Remove in this process instead of through the IngestService "
+                                             "(for `ray job submit` entrypoints).")] = False,
+    index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Remove documents from the corpus by id or by source, in a new dataset and index version.
+
+    The served graph stops returning them once it swaps to the new index version; earlier versions still hold
+    them (serve one with --set serve.retriever.index_version=N to roll back). Files removed by --source are
+    forgotten: ingesting them again reads them again."""
+    import ray
+
+    from app.indexing import delete as run_delete
+    from app.services.ingest import get_or_start
+
+    c: Context = ctx.obj
+    ids, prefixes = list(doc_ids or []), list(source or [])
+    if in_process:
+        report = run_delete(ids, prefixes, c.cfg, c.storage, build_index=index).to_dict()
+    else:
+        connect(c)
+        service = get_or_start(c.storage)
+        run_id = ray.get(service.submit_delete.remote(ids, prefixes, c.cfg.model_dump()))
+        st = wait_for_run(service, run_id, quiet=as_json)
+        if st["state"] == "failed":
+            raise typer.Exit(fail(f"delete run {run_id} failed: {st['error']}"))
+        report = st["deleted"]
+    print_json(report) if as_json else print_delete_report(report)

@@ -15,7 +15,7 @@ from rich.table import Table
 from app.passage import where
 
 if TYPE_CHECKING:
-    from app.ingest.pipeline import IngestReportDict
+    from app.ingest.pipeline import DeleteReportDict, IngestReportDict
     from app.passage import Passage
     from app.remote import ClusterStatus
     from app.train.run import TrainRunRecord
@@ -39,12 +39,20 @@ def print_ingest_report(report: IngestReportDict) -> None:
     t = Table(title=f"ingest run {report['run_id']}", show_header=False)
     t.add_row("input files", f"{report['inputs']['files']} ({report['inputs']['unreadable_files']} unreadable, "
               f"{len(report['inputs']['skipped_files'])} skipped: unsupported type)")
+    f = report["files"]
+    t.add_row("files", f"{f['new']} new, {f['changed']} changed, {f['unchanged']} unchanged (not read), "
+              f"{f['deleted']} deleted" + (f", {f['readmitted']} read again for removed originals"
+                                           if f["readmitted"] else ""))
     t.add_row("documents read", str(d["read"]))
     t.add_row("kept", str(d["kept"]))
     for reason, n in d["dropped"].items():
         t.add_row(f"dropped: {reason}", str(n))
+    c = report["changes"]
+    t.add_row("corpus", f"{c['added']} added, {c['updated']} updated, {c['unchanged']} unchanged, {c['removed']} "
+              f"removed: {c['live_before']} → {c['live_after']} documents")
     t.add_row("counts reconcile", "yes" if report["reconciled"] else "NO")
-    t.add_row("chunks / embeddings", f"{report['chunks']} / {report['embeddings']}")
+    t.add_row("chunks / embeddings", f"{report['chunks']} / {report['embeddings']} "
+              f"({report['embeddings_reused']} reused from replaced documents)")
     t.add_row("bytes replaced in decoding", str(report["decode_replacements"]["bytes"]))
     t.add_row("dataset / index version", f"{report.get('dataset_version')} / {report.get('index_version', '-')}")
     t.add_row("wall time", f"{report['wall_s']:.1f} s")
@@ -66,6 +74,16 @@ def print_ingest_report(report: IngestReportDict) -> None:
         out.print(f"[dim]skipped[/] {len(skipped) - 20} more (--json lists them all)")
     if report.get("note"):
         out.print(report["note"])
+
+
+def print_delete_report(report: DeleteReportDict) -> None:
+    out.print(f"removed {report['documents']} documents ({report['chunks']} chunks) in dataset version "
+              f"{report['dataset_version']}, index version {report.get('index_version') or '-'}; earlier versions "
+              "still hold them")
+    for s in report["sources"]:
+        out.print(f"[dim]forgotten[/] {s} (a later ingest reads it again)")
+    for n in report["not_found"]:
+        out.print(f"[yellow]not found[/] {n}")
 
 
 def print_hits(question: str, hits: list[Passage], version: int) -> None:

@@ -50,6 +50,14 @@ class DedupIndex:
             self.signatures[doc_id] = sig
             self.lsh.insert(doc_id, MinHash(num_perm=self.num_perm, hashvalues=sig, scheme=SCHEME))
 
+    def remove(self, doc_id: str) -> None:
+        """Forget a document (its file is read again in the same run: it must not be a duplicate of itself)."""
+        self.ids.discard(doc_id)
+        for h in [h for h, d in self.hashes.items() if d == doc_id]:
+            del self.hashes[h]
+        if self.signatures.pop(doc_id, None) is not None:
+            self.lsh.remove(doc_id)
+
     def check_exact(self, doc_id: str, content_hash: str) -> tuple[str, str] | None:
         """(reason, duplicate of) for a repeated content hash or document id, else None (and remembers it)."""
         if content_hash in self.hashes:

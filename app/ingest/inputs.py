@@ -27,9 +27,14 @@ class Inputs:
     skipped: list[dict[str, str]] = field(default_factory=list)
     uri_prefix: str = ""  # "s3://" etc., to show sources as URIs
     refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (too_large|outside_roots), detail}
+    roots: list[str] = field(default_factory=list)  # the inputs as given, as sources: directories, globs, files
 
     def source(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"
+
+    def holds(self, source: str) -> bool:
+        """Whether `source` is on this run's filesystem."""
+        return source.startswith(self.uri_prefix) if self.uri_prefix else "://" not in source
 
 
 SUPPORTED = "pdf, docx, pptx, xlsx, csv, eml, msg, images, jsonl, parquet, txt, md, html"
@@ -63,7 +68,9 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
     files: set[str] = set()
     skipped: dict[str, str] = {}  # path -> its type
     refused: dict[str, dict[str, str]] = {}
+    roots = []
     for raw in paths:
+        roots.append(raw if scheme != "file" else os.path.abspath(os.path.expanduser(raw.removeprefix("file://"))))
         found = _expand_one(fs, raw, scheme, follow_symlinks)
         if found is None:
             raise NotFound(f"input path {raw} does not exist")
@@ -95,7 +102,7 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
         raise UserError(f"no supported files ({SUPPORTED}) under {', '.join(paths)}{why}")
     return Inputs(filesystem=fs, files=sorted(files), uri_prefix=prefix,
                   skipped=[{"source": f"{prefix}{f}", "type": t} for f, t in sorted(skipped.items())],
-                  refused=[refused[k] for k in sorted(refused)])
+                  refused=[refused[k] for k in sorted(refused)], roots=roots)
 
 
 def _expand_one(fs: pafs.FileSystem, raw: str, scheme: str,

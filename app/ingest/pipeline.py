@@ -7,6 +7,7 @@ Ray jobs call): this package writes dataset versions and never reads or builds a
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -21,9 +22,19 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from app import hardware
 from app.catalog import Catalog, Manifest, now_iso
 from app.config import AppConfig
-from app.dataset import DOCUMENTS_FILE, DOCUMENTS_FILE_SCHEMA, documents_files
-from app.errors import Conflict, RaglineError
-from app.ingest import stages
+from app.dataset import (
+    DOCUMENTS_FILE,
+    DOCUMENTS_FILE_SCHEMA,
+    REMOVED_FILE,
+    REMOVED_FILE_SCHEMA,
+    SOURCES_FILE,
+    SOURCES_FILE_SCHEMA,
+    chunks_of,
+    live_documents,
+    source_records,
+)
+from app.errors import Conflict, NotFound, RaglineError, UserError
+from app.ingest import stages, sync
 from app.ingest.inputs import Inputs, expand
 from app.models import embedder
 from app.storage import Storage
@@ -101,6 +112,9 @@ class IngestReportDict(TypedDict):
     near_duplicates: list[dict[str, str]]
     stages: dict[str, StageReportDict]
     wall_s: float
+    files: dict[str, int]
+    changes: dict[str, int]
+    embeddings_reused: int
     dataset_version: NotRequired[int | None]
     note: NotRequired[str | None]
     index_version: NotRequired[int | None]
@@ -121,19 +135,24 @@ class IngestReport(BaseModel):
     near_duplicates: list[dict[str, str]]  # the first 100 drops for near duplication
     stages: dict[str, StageReport]
     wall_s: float
+    files: sync.FileCounts  # input files by what the run did with them (new, changed, unchanged, deleted, ...)
+    changes: sync.ChangeCounts  # documents added, updated, unchanged, removed: the corpus before and after
+    embeddings_reused: int  # chunk vectors taken from the documents the run replaced, not computed again
     dataset_version: int | None = None  # the latest version once the run is done (None: none published yet)
     note: str | None = None
     index_version: int | None = None  # set by `app.indexing.run_ingest` when it built one
 
     @property
     def published(self) -> bool:
-        """Whether the run published a dataset version (it does when it added any chunk)."""
-        return self.chunks > 0
+        """Whether the run changed the corpus, so publishes a dataset version: it added a chunk or removed a
+        document."""
+        return self.chunks > 0 or self.changes.removed > 0
 
     def to_dict(self) -> IngestReportDict:
         """As the run record stores it and `ragline ingest --json` prints it: fields never set left out."""
         # model_dump's result is typed as a plain dict; its shape is this model's, which IngestReportDict spells out
-        return cast(IngestReportDict, self.model_dump(exclude_unset=True))
+        optional = {"dataset_version", "note", "index_version"} - self.model_fields_set
+        return cast(IngestReportDict, self.model_dump(exclude=optional))
 
 
 def too_many_unreadable(unreadable: int, files: int, max_fraction: float) -> bool:
@@ -196,9 +215,10 @@ def _variant(cfg: AppConfig, previous: Manifest | None) -> embedder.Variant:
     return embedder.Variant(had.runtime, had.precision)
 
 
-def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str, ledger: Any,
-                  variant: embedder.Variant) -> ray.data.Dataset:
-    """The lazy Ray Data pipeline; nothing runs until it is written."""
+def build_dataset(inputs: Inputs, files: list[str], cfg: AppConfig, storage: Storage, run_id: str, ledger: Any,
+                  variant: embedder.Variant, reuse: Mapping[str, Any]) -> ray.data.Dataset:
+    """The lazy Ray Data pipeline over `files` (paths on `inputs.filesystem`); nothing runs until it is written.
+    `reuse`: vectors of the replaced documents' chunks (`Embedder`)."""
     ic = cfg.ingest
     light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
     model_path = embedder.resolve(ic.embed.model)
@@ -207,7 +227,7 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
     # Small blocks (≈ a few embedding batches each) so every embedding actor has work: one big input file would
     # otherwise flow through the pipeline as one block and keep a single actor busy.
     ray.data.DataContext.get_current().target_max_block_size = BLOCK_BYTES
-    ds = ray.data.read_binary_files(inputs.files, include_paths=True, filesystem=inputs.filesystem,
+    ds = ray.data.read_binary_files(files, include_paths=True, filesystem=inputs.filesystem,
                                     num_cpus=ic.light_stage_num_cpus)
     ds = ds.map_batches(_udf(stages.parse_files), batch_size=8, **light,
                         fn_kwargs={"ledger": ledger, "cfg": ic.model_dump(), "storage_uri": storage.uri,
@@ -234,7 +254,7 @@ def build_dataset(inputs: Inputs, cfg: AppConfig, storage: Storage, run_id: str,
                                                "encode_batch_size": ic.embed.encode_batch_size,
                                                "include_title": ic.embed.include_title,
                                                "device": _embed_device(cfg),
-                                               "threads": threads})
+                                               "threads": threads, "reuse": reuse})
     return ds
 
 
@@ -243,8 +263,10 @@ def reconcile(snap: stages.Snapshot) -> bool:
 
 
 def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: str | None = None,
-                   on_start: OnStart | None = None) -> IngestReport:
-    """Ingest `paths`; returns the run report. Publishes a dataset version when anything new was kept. Raises
+                   on_start: OnStart | None = None, sync_roots: bool = False) -> IngestReport:
+    """Ingest `paths`: new and changed files are read (a changed file's documents replace its earlier ones), unchanged
+    ones skipped; with `sync_roots`, known files gone from under the paths are deleted with their documents (see
+    `app.ingest.sync`). Publishes a dataset version when the corpus changed; returns the run report. Raises
     UserError for bad inputs and IngestError when too many files are unreadable."""
     run_id = run_id or new_run_id()
     inputs = expand(paths, cfg.ingest.read.max_file_bytes, cfg.ingest.read.follow_symlinks)
@@ -252,40 +274,179 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     previous = catalog.latest("datasets")
     variant = _variant(cfg, previous)
     t0 = time.time()
+    live = live_documents(storage, previous)
+    records = source_records(storage, previous)
+    plan = sync.plan(inputs, live, records, sync_roots)
+    going = plan.replacing | plan.deleted
+    seed = pa.Table.from_pylist([d for d in live if sync.file_of(str(d["source"])) not in going],
+                                DOCUMENTS_FILE_SCHEMA).select(["doc_id", "content_hash", "minhash"])
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    ledger: Any = stages.RunLedgerActor.options(scheduling_strategy=here).remote(
-        run_id, cfg.ingest.model_dump(), storage.uri, documents_files(previous))
+    ledger: Any = stages.RunLedgerActor.options(scheduling_strategy=here).remote(run_id, cfg.ingest.model_dump(),
+                                                                                 seed)
     if inputs.refused:
         ray.get(ledger.refused.remote(inputs.refused))
     if on_start:
         on_start(ledger)
     segment = f"datasets/segments/{run_id}"
-    ds = build_dataset(inputs, cfg, storage, run_id, ledger, variant)
-    # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
-    ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
-                     ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
-    snap: stages.Snapshot = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits with its last handle
+    wave, replacing = list(plan.read), set(plan.replacing)
+    while wave:  # a second wave reads the files whose documents duplicated ones the first removed (sync.readmit)
+        reuse = _reusable(storage, previous, live, replacing, cfg.ingest.embed.include_title)
+        ds = build_dataset(inputs, wave, cfg, storage, run_id, ledger, variant, reuse)
+        # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
+        ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
+                         ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
+        snap: stages.Snapshot = ray.get(ledger.snapshot.remote(full=True))
+        extra = sync.readmit(plan, inputs, live, records, snap.get("kept_documents", []),
+                             {q["source"] for q in snap["quarantined"]})
+        replacing, wave = set(extra), list(extra.values())
+        ray.get(ledger.forget.remote([str(d["doc_id"]) for d in live if sync.file_of(str(d["source"])) in extra]))
+    snap = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits with its last handle
     chunk_files = [f for f in storage.list_files(segment) if f.endswith(".parquet")]
-    report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0)
-    assert reconcile(snap), f"ingest counts do not reconcile: {report.documents.model_dump()}"
-    files = inputs.files
-    if too_many_unreadable(snap["files"]["unreadable"], len(files), cfg.ingest.read.max_error_fraction):
+    kept = snap.get("kept_documents", [])
+    unreadable = {q["source"] for q in snap["quarantined"]}
+    removals, changes = sync.changes(plan, live, kept, unreadable)
+    report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0, plan.files, changes)
+    assert reconcile(snap) and changes.reconciled, \
+        f"ingest counts do not reconcile: {report.documents.model_dump()} {changes.model_dump()}"
+    if too_many_unreadable(snap["files"]["unreadable"], len(plan.read), cfg.ingest.read.max_error_fraction):
         bad = sorted(snap["quarantined"], key=lambda q: q["source"])
         names = "; ".join(f"{q['source']}: {q['reason']}" for q in bad)
-        raise IngestError(f"{snap['files']['unreadable']} of {len(files)} input files are unreadable (more than "
-                          f"ingest.read.max_error_fraction={cfg.ingest.read.max_error_fraction}); no version was "
-                          f"published. Unreadable: {names}")
+        raise IngestError(f"{snap['files']['unreadable']} of {len(plan.read)} input files are unreadable (more "
+                          f"than ingest.read.max_error_fraction={cfg.ingest.read.max_error_fraction}); no version "
+                          f"was published. Unreadable: {names}")
     storage.write_bytes(f"runs/ingest/{run_id}.drops.parquet", _parquet_bytes(snap.get("drops", []), _DROPS_SCHEMA))
     if not report.published:
         report.dataset_version = previous.version if previous else None
         report.note = "nothing new to add: no version published"
         return report
-    docs_rel = f"{segment}/{DOCUMENTS_FILE}"
-    storage.write_bytes(docs_rel, _parquet_bytes(snap.get("kept_documents", []), DOCUMENTS_FILE_SCHEMA))
-    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, chunk_files, docs_rel, report, variant)
+    meta = [f"{segment}/{DOCUMENTS_FILE}", f"{segment}/{SOURCES_FILE}"]
+    storage.write_bytes(meta[0], _parquet_bytes(kept, DOCUMENTS_FILE_SCHEMA))
+    storage.write_bytes(meta[1], _parquet_bytes(_source_rows(plan, snap, run_id), SOURCES_FILE_SCHEMA))
+    if removals:
+        meta.append(f"{segment}/{REMOVED_FILE}")
+        storage.write_bytes(meta[2], _parquet_bytes([r.model_dump() for r in removals], REMOVED_FILE_SCHEMA))
+    removed_chunks = _count_chunks(storage, previous, {(r.run_id, r.doc_id) for r in removals})
+    manifest = _publish_dataset(catalog, cfg, inputs, run_id, previous, [*chunk_files, *meta], report, variant,
+                                removed_chunks)
     report.dataset_version = manifest.version
     return report
+
+
+class DeleteReportDict(TypedDict):
+    """`DeleteReport.model_dump()`, as the run record stores it."""
+
+    run_id: str
+    documents: int
+    chunks: int
+    sources: list[str]
+    not_found: list[str]
+    dataset_version: int
+    index_version: int | None
+
+
+class DeleteReport(BaseModel):
+    """What `ragline delete` removed, and the versions it published."""
+
+    run_id: str
+    documents: int  # documents removed
+    chunks: int  # their chunks
+    sources: list[str]  # source files forgotten (a later ingest of them reads them again)
+    not_found: list[str]  # ids and prefixes that named no document in the corpus
+    dataset_version: int
+    index_version: int | None = None  # set by `app.indexing.delete` when it built one
+
+    def to_dict(self) -> DeleteReportDict:
+        return cast(DeleteReportDict, self.model_dump())
+
+
+def delete_documents(storage: Storage, doc_ids: list[str], prefixes: list[str],
+                     run_id: str | None = None) -> DeleteReport:
+    """Remove the documents with the given ids, and every document whose source is, or is under, one of
+    `prefixes` (a path, a directory, a glob or a URI), in a new dataset version; earlier versions keep them. Raises
+    UserError when nothing is named and NotFound when nothing named is in the corpus."""
+    if not doc_ids and not prefixes:
+        raise UserError("name the documents to delete: document ids, or --source with a path, directory or glob")
+    run_id = run_id or new_run_id()
+    catalog = Catalog(storage)
+    previous = catalog.resolve("datasets", None)
+    roots = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in prefixes]
+    live = live_documents(storage, previous)
+    ids = set(doc_ids)
+    gone = [d for d in live if d["doc_id"] in ids or sync.under(sync.file_of(str(d["source"])), roots)]
+    forgotten = sorted(s for s in source_records(storage, previous) if sync.under(s, roots))
+    not_found = sorted(ids - {str(d["doc_id"]) for d in gone})
+    not_found += [p for p, r in zip(prefixes, roots, strict=True) if not any(
+        sync.under(sync.file_of(str(d["source"])), [r]) for d in gone)]
+    if not gone:
+        raise NotFound(f"no document of dataset version {previous.version} is named by: "
+                       f"{', '.join([*doc_ids, *prefixes])}")
+    segment = f"datasets/segments/{run_id}"
+    removed = [{"run_id": d["run_id"], "doc_id": d["doc_id"], "source": d["source"], "reason": "removed"}
+               for d in gone]
+    files = [f"{segment}/{REMOVED_FILE}", f"{segment}/{SOURCES_FILE}"]
+    storage.write_bytes(files[0], _parquet_bytes(removed, REMOVED_FILE_SCHEMA))
+    storage.write_bytes(files[1], _parquet_bytes(
+        [{"source": s, "size": 0, "mtime_ns": 0, "sha256": "", "status": "deleted", "duplicate_of": [],
+          "run_id": run_id} for s in forgotten], SOURCES_FILE_SCHEMA))
+    chunks = _count_chunks(storage, previous, {(str(d["run_id"]), str(d["doc_id"])) for d in gone})
+    manifest = previous.model_copy(update={
+        "parent": previous.version, "run_id": run_id, "inputs": [],
+        "counts": {"documents": len(live) - len(gone), "chunks": previous.counts.get("chunks", 0) - chunks},
+        "files": [*previous.files, *(catalog.file_entry(f, rows=parquet_rows(storage, f)) for f in files)],
+        "extra": {"deleted": {"documents": len(gone), "chunks": chunks}}})
+    if not catalog.publish_as(manifest, previous.version + 1):
+        raise Conflict(f"another run published dataset version {previous.version + 1} meanwhile; nothing was "
+                       "deleted: run the delete again")
+    return DeleteReport(run_id=run_id, documents=len(gone), chunks=chunks, sources=forgotten, not_found=not_found,
+                        dataset_version=manifest.version)
+
+
+_DUPLICATE = ("exact_duplicate", "near_duplicate", "duplicate_id")
+
+
+def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str) -> list[dict[str, object]]:
+    """The run's rows of the sources file: each file it read (with whom its dropped documents duplicated), each it
+    found touched but unchanged, each it deleted."""
+    unreadable = {q["source"] for q in snap["quarantined"]}
+    dup_of: dict[str, set[str]] = {}
+    for d in snap.get("drops", []):
+        if d["reason"] in _DUPLICATE:
+            dup_of.setdefault(sync.file_of(d["source"]), set()).add(d["duplicate_of"])
+    hashes = snap.get("hashes", {})
+    rows: list[dict[str, object]] = []
+    for source, (size, mtime) in sorted(plan.stat.items()):
+        rows.append({"source": source, "size": size, "mtime_ns": mtime, "sha256": hashes.get(source, ""),
+                     "status": "unreadable" if source in unreadable else "read",
+                     "duplicate_of": sorted(dup_of.get(source, ())), "run_id": run_id})
+    for source, (size, mtime) in sorted(plan.touched.items()):
+        rows.append({"source": source, "size": size, "mtime_ns": mtime, "sha256": "", "status": "read",
+                     "duplicate_of": [], "run_id": run_id})
+    rows += [{"source": s, "size": 0, "mtime_ns": 0, "sha256": "", "status": "deleted", "duplicate_of": [],
+              "run_id": run_id} for s in sorted(plan.deleted)]
+    return rows
+
+
+def _reusable(storage: Storage, previous: Manifest | None, live: list[dict[str, object]], replacing: set[str],
+              include_title: bool) -> dict[str, Any]:
+    """The vectors of the chunks of the documents a run replaces, by `stages.reuse_key`: a chunk that comes out of
+    the new parse with the same text is not embedded again."""
+    docs = {(str(d["run_id"]), str(d["doc_id"])) for d in live if sync.file_of(str(d["source"])) in replacing}
+    if previous is None or not docs:
+        return {}
+    out = {}
+    for t in chunks_of(storage, previous, docs, ["title", "text", "embedding"]):
+        vectors = t.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(
+            t.num_rows, -1)
+        for title, text, v in zip(t.column("title").to_pylist(), t.column("text").to_pylist(), vectors, strict=True):
+            out[stages.reuse_key(embedder.embed_text(title, text, include_title))] = v
+    return out
+
+
+def _count_chunks(storage: Storage, dataset: Manifest | None, documents: set[tuple[str, str]]) -> int:
+    if dataset is None or not documents:
+        return 0
+    return sum(t.num_rows for t in chunks_of(storage, dataset, documents, ["doc_id"]))
 
 
 _DROPS_SCHEMA = pa.schema([(k, pa.string()) for k in ("reason", "source", "doc_id", "duplicate_of", "detail")])
@@ -304,7 +465,7 @@ def parquet_rows(storage: Storage, rel: str) -> int:
 
 
 def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage, chunk_files: list[str],
-            wall: float) -> IngestReport:
+            wall: float, files: sync.FileCounts, changes: sync.ChangeCounts) -> IngestReport:
     rows_written = sum(parquet_rows(storage, f) for f in chunk_files)
     stage_rows, stage_nodes = snap["stages"], snap["stage_nodes"]
     chunks = stage_rows["chunk"]["rows_out"] if "chunk" in stage_rows else 0
@@ -315,7 +476,7 @@ def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage
         inputs=InputCounts(files=len(inputs.files), unreadable_files=snap["files"]["unreadable"],
                            skipped_files=inputs.skipped, refused_files=inputs.refused),
         documents=DocumentCounts(read=snap["documents_read"], kept=snap["kept"], dropped=snap["dropped"]),
-        reconciled=reconcile(snap),
+        reconciled=reconcile(snap) and changes.reconciled,
         chunks=chunks,
         embeddings=embeddings,
         decode_replacements=snap["replaced"],
@@ -327,25 +488,31 @@ def _report(run_id: str, inputs: Inputs, snap: stages.Snapshot, storage: Storage
                                   rows_by_node=stage_nodes.get(name, {}))
                 for name, s in stage_rows.items()},
         wall_s=round(wall, 3),
+        files=files,
+        changes=changes,
+        embeddings_reused=snap["embeddings_reused"],
     )
 
 
 def _publish_dataset(catalog: Catalog, cfg: AppConfig, inputs: Inputs, run_id: str, previous: Manifest | None,
-                     chunk_files: list[str], docs_rel: str, report: IngestReport,
-                     variant: embedder.Variant) -> Manifest:
-    new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in [*chunk_files, docs_rel]]
+                     files: list[str], report: IngestReport, variant: embedder.Variant,
+                     removed_chunks: int) -> Manifest:
+    """`files`: the run's chunk files, then its documents, sources and removed files."""
+    new_files = [catalog.file_entry(f, rows=parquet_rows(catalog.storage, f)) for f in files]
     prev_counts = previous.counts if previous else {}
-    dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(chunk_files[0]))).field(
-        "embedding").type.list_size
+    dim = previous.embedder.dim if previous else 0
+    if report.chunks:
+        dim = pq.read_schema(catalog.storage.fs.open_input_file(catalog.storage.path(files[0]))).field(
+            "embedding").type.list_size
     manifest = Manifest(
         kind="datasets", version=0, created_at=now_iso(), parent=previous.version if previous else None,
         inputs=[inputs.source(f) for f in inputs.files], run_id=run_id,
         embedder=embedder.info(cfg.ingest.embed.model, dim, variant),
-        counts={"documents": prev_counts.get("documents", 0) + report.documents.kept,
-                "chunks": prev_counts.get("chunks", 0) + report.chunks},
+        counts={"documents": report.changes.live_after,
+                "chunks": prev_counts.get("chunks", 0) - removed_chunks + report.chunks},
         files=[*(previous.files if previous else []), *new_files],
         config=cfg.ingest.model_dump(),
-        extra={"run_report": report.model_dump(include={"documents", "chunks", "embeddings"})},
+        extra={"run_report": report.model_dump(include={"documents", "chunks", "embeddings", "files", "changes"})},
     )
     # Exactly the version after the one we deduplicated against: if another run published meanwhile, this
     # one's dedup did not see that version's documents, so it must not publish on top of it.

@@ -21,7 +21,6 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import ray
 
 from app.config import DocumentsConfig, IngestConfig
@@ -84,6 +83,7 @@ class KeptDocument(TypedDict):
     minhash: list[int]
     n_chars: int
     run_id: str
+    key: str  # its place in its source (`_doc_key`)
 
 
 class Snapshot(TypedDict):
@@ -98,8 +98,10 @@ class Snapshot(TypedDict):
     stages: dict[str, StageCounts]
     elapsed_s: float
     stage_nodes: dict[str, dict[str, int]]  # stage -> Ray node id -> rows it took in there
+    embeddings_reused: int  # chunk vectors taken from the documents the run replaces (their text unchanged)
     drops: NotRequired[list[dict[str, str]]]  # full snapshots only: {reason, source, doc_id, duplicate_of, detail}
     kept_documents: NotRequired[list[KeptDocument]]  # full snapshots only: rows of the documents file
+    hashes: NotRequired[dict[str, str]]  # full snapshots only: source file -> SHA-256 of what was read
 
 
 def batch_key(row_keys: list[str]) -> str:
@@ -111,20 +113,20 @@ class RunLedger:
     """Owned by the run's driver: dies with it, so a killed run leaves nothing behind but unreferenced files.
     Every method is idempotent under the keys it is given (see the module docstring)."""
 
-    def __init__(self, run_id: str, cfg: Mapping[str, object], storage_uri: str, documents_files: list[str]):
-        """`cfg`: the run's IngestConfig as a dict (`model_dump`), as it crosses to the actor."""
+    def __init__(self, run_id: str, cfg: Mapping[str, object], seed: pa.Table):
+        """`cfg`: the run's IngestConfig as a dict (`model_dump`), as it crosses to the actor. `seed`: the corpus's
+        documents this run deduplicates against (doc_id, content_hash, minhash): the latest version's, less those
+        the run replaces or deletes (an edited document must not be dropped as a near copy of its old self)."""
         self.run_id = run_id
         self.cfg = IngestConfig.model_validate(cfg)
         self.index = DedupIndex(threshold=self.cfg.dedup.near_threshold, num_perm=self.cfg.dedup.num_perm)
-        storage = Storage(storage_uri)
-        for rel in documents_files:  # documents of the latest published version: dedup against them too
-            with storage.fs.open_input_file(storage.path(rel)) as f:
-                prev = pq.read_table(f, columns=["doc_id", "content_hash", "minhash"]).to_pylist()
-            for row in prev:
-                sig = np.asarray(row["minhash"], dtype=np.uint64) if row["minhash"] else None
-                if sig is not None and len(sig) != self.cfg.dedup.num_perm:
-                    sig = None  # signatures from another num_perm cannot be compared
-                self.index.add(row["doc_id"], row["content_hash"], sig)
+        for row in seed.to_pylist():
+            sig = np.asarray(row["minhash"], dtype=np.uint64) if row["minhash"] else None
+            if sig is not None and len(sig) != self.cfg.dedup.num_perm:
+                sig = None  # signatures from another num_perm cannot be compared
+            self.index.add(row["doc_id"], row["content_hash"], sig)
+        self.hashes: dict[str, str] = {}  # source file -> SHA-256 of its bytes
+        self.reuse_batches: dict[str, int] = {}  # embed batch key -> vectors reused
         self.parsed_batches: dict[str, tuple[int, int, int, int]] = {}  # key -> files, docs, bytes, docs replaced
         self.drops: dict[tuple[str, str], dict[str, str]] = {}  # (reason, row key) -> drop
         self.quarantined: dict[str, dict[str, str]] = {}  # source -> {source, reason, error, path}
@@ -151,13 +153,24 @@ class RunLedger:
         by_node[node] = by_node.get(node, 0) + rows_in
 
     def parsed(self, key: str, n_files: int, n_docs: int, replaced_bytes: int, replaced_docs: int,
-               bad_files: list[dict[str, str]], bad_records: list[dict[str, str]]) -> None:
-        """One parse batch: files read, documents out, and what could not be read (files are quarantined)."""
+               bad_files: list[dict[str, str]], bad_records: list[dict[str, str]], hashes: dict[str, str]) -> None:
+        """One parse batch: files read, documents out, what could not be read (files are quarantined), and each
+        file's SHA-256."""
         self.parsed_batches[key] = (n_files, n_docs, replaced_bytes, replaced_docs)
+        self.hashes.update(hashes)
         for it in [*bad_files, *bad_records]:
             self.drops["unreadable", it["source"]] = {"reason": "unreadable", "source": it["source"],
                                                       "detail": it["reason"], "doc_id": "", "duplicate_of": ""}
         self.quarantined.update((it["source"], it) for it in bad_files)
+
+    def forget(self, doc_ids: list[str]) -> None:
+        """Documents of files a later wave of the run reads again (`app.ingest.sync.readmit`)."""
+        for doc_id in doc_ids:
+            self.index.remove(doc_id)
+
+    def reused(self, key: str, n: int) -> None:
+        """An embed batch that took `n` vectors from the replaced documents' instead of computing them."""
+        self.reuse_batches[key] = n
 
     def refused(self, items: list[dict[str, str]]) -> None:
         """Input files refused before reading (`Inputs.refused`): each counts as one document read and dropped."""
@@ -194,7 +207,7 @@ class RunLedger:
             if dup is None:
                 self.kept[key] = {"doc_id": row["doc_id"], "source": row["source"], "title": row["title"],
                                   "content_hash": row["content_hash"], "minhash": row["minhash"],
-                                  "n_chars": row["n_chars"], "run_id": self.run_id}
+                                  "n_chars": row["n_chars"], "run_id": self.run_id, "key": key}
             else:
                 self.drops["near_duplicate", key] = {"reason": "near_duplicate", "source": row["source"],
                                                      "doc_id": row["doc_id"], "duplicate_of": dup, "detail": ""}
@@ -217,14 +230,21 @@ class RunLedger:
             "quarantined": list(self.quarantined.values()),
             "stages": {k: v.copy() for k, v in self.stages.items()}, "elapsed_s": time.time() - self.started,
             "stage_nodes": {k: dict(v) for k, v in self.stage_nodes.items()},
+            "embeddings_reused": sum(self.reuse_batches.values()),
         }
         if full:
             out["drops"] = list(self.drops.values())
             out["kept_documents"] = list(self.kept.values())
+            out["hashes"] = dict(self.hashes)
         return out
 
 
 RunLedgerActor = ray.remote(num_cpus=0)(RunLedger)
+
+
+def reuse_key(embed_input: str) -> str:
+    """The key of a chunk's vector among those a run reuses: a hash of exactly what the embedder reads."""
+    return hashlib.sha256(embed_input.encode()).hexdigest()
 
 
 def _stage_done(ledger: Any, name: str, key: str, rows_in: int, rows_out: int, t0: float) -> None:
@@ -252,8 +272,10 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     bad_files: list[dict[str, str]] = []
     bad_records: list[dict[str, str]] = []
     replaced_bytes = replaced_docs = 0
+    hashes = {}
     for data, path in zip(batch.column("bytes").to_pylist(), batch.column("path").to_pylist(), strict=True):
         source = f"{uri_prefix}{path}"
+        hashes[source] = hashlib.sha256(data).hexdigest()
         try:
             parsed = _parse(source, data, ingest_cfg, storage_uri)
         except Exception as e:
@@ -267,7 +289,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
         replaced_docs += len(parsed.docs) if parsed.replaced_bytes else 0
     key = batch_key(batch.column("path").to_pylist())
     ray.get(ledger.parsed.remote(key, batch.num_rows, len(docs), replaced_bytes, replaced_docs, bad_files,
-                                 bad_records))
+                                 bad_records, hashes))
     _stage_done(ledger, "parse", key, batch.num_rows, len(docs), t0)
     return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
 
@@ -391,7 +413,9 @@ class Embedder:
     """The embedding model loaded once per actor; normalised float32 vectors appended as `embedding`."""
 
     def __init__(self, *, ledger: Any, model: str, variant: embedder.Variant, encode_batch_size: int,
-                 include_title: bool, device: str, threads: int):
+                 include_title: bool, device: str, threads: int, reuse: Mapping[str, np.ndarray]):
+        """`reuse`: vectors already computed (by `embedder.embed_text` key hash, `reuse_key`) for the chunks of
+        documents this run replaces: a chunk whose text did not change is not embedded again."""
         import torch
 
         torch.set_num_threads(threads)
@@ -399,17 +423,27 @@ class Embedder:
         self.encoder = embedder.Encoder(model, variant.precision, device, variant.runtime, threads)
         self.encode_batch_size, self.include_title = encode_batch_size, include_title
         self.dim = self.encoder.dim
+        self.reuse = reuse
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         t0 = time.perf_counter()
         titles, texts = batch.column("title").to_pylist(), batch.column("text").to_pylist()
         inputs = [embedder.embed_text(t, x, self.include_title) for t, x in zip(titles, texts, strict=True)]
-        # Shortest first by token count, so each forward pass pads to a near-equal length (no padding waste);
-        # the original order is restored below.
-        order = np.argsort(batch.column("n_tokens").to_numpy(), kind="stable")
         vecs = np.empty((len(inputs), self.dim), dtype=np.float32)
-        if inputs:
+        todo = []
+        for i, text in enumerate(inputs):
+            if (known := self.reuse.get(reuse_key(text))) is not None:
+                vecs[i] = known
+            else:
+                todo.append(i)
+        # Shortest first by token count, so each forward pass pads to a near-equal length (no padding waste).
+        n_tokens = batch.column("n_tokens").to_numpy()
+        order = [todo[j] for j in np.argsort(n_tokens[todo], kind="stable")] if todo else []
+        if order:
             vecs[order] = self.encoder.encode([inputs[i] for i in order], self.encode_batch_size)
+        if len(order) < len(inputs):
+            ray.get(self.ledger.reused.remote(batch_key(batch.column("chunk_id").to_pylist()),
+                                              len(inputs) - len(order)))
         flat = pa.array(vecs.reshape(-1), pa.float32())
         out = batch.append_column("embedding", pa.FixedSizeListArray.from_arrays(flat, self.dim))
         _stage_done(self.ledger, "embed", batch_key(batch.column("chunk_id").to_pylist()), batch.num_rows,

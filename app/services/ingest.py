@@ -16,7 +16,8 @@ import ray
 
 from app.catalog import Catalog, now_iso
 from app.config import AppConfig
-from app.indexing import run_ingest
+from app.errors import UserError
+from app.indexing import delete, run_ingest
 from app.ingest.inputs import expand
 from app.ingest.pipeline import new_run_id
 from app.services.runs import (
@@ -84,13 +85,24 @@ class IngestService(RunQueueService[IngestRunRecord, Any]):
     def _store(self) -> RunStore[IngestRunRecord]:
         return ingest_run_store(self.storage)
 
-    def submit(self, paths: list[str], config: dict[str, object], build_index: bool = True) -> str:
+    def submit(self, paths: list[str], config: dict[str, object], build_index: bool = True,
+               sync: bool = False) -> str:
         """Validate and queue a run; returns its id. Bad config or missing inputs raise a UserError here, before
-        anything is queued. `config`: an AppConfig as a dict (`model_dump`)."""
+        anything is queued. `config`: an AppConfig as a dict (`model_dump`); `sync`: also delete the documents of
+        files gone from under `paths`."""
         read = AppConfig.model_validate(config).ingest.read
         expand(paths, read.max_file_bytes, read.follow_symlinks)
         return self._enqueue({"run_id": new_run_id(), "state": "queued", "paths": paths, "config": config,
-                              "build_index": build_index, "submitted_at": now_iso()})
+                              "build_index": build_index, "sync": sync, "submitted_at": now_iso()})
+
+    def submit_delete(self, doc_ids: list[str], prefixes: list[str], config: dict[str, object]) -> str:
+        """Queue the removal of documents by id or source prefix (`app.indexing.delete`) behind the runs queued
+        before it, so it never races an ingest run to publish; returns its run id."""
+        if not doc_ids and not prefixes:
+            raise UserError("name the documents to delete: document ids, or --source with a path, directory or glob")
+        AppConfig.model_validate(config)
+        return self._enqueue({"run_id": new_run_id(), "state": "queued", "paths": [], "config": config,
+                              "delete": {"doc_ids": doc_ids, "prefixes": prefixes}, "submitted_at": now_iso()})
 
     def status(self, run_id: str) -> IngestRunStatus:
         record: IngestRunStatus = {**self.store.load(run_id)}
@@ -115,10 +127,15 @@ class IngestService(RunQueueService[IngestRunRecord, Any]):
         self.store.save(record)
         try:
             cfg = AppConfig.model_validate(record["config"])
-            report = run_ingest(record["paths"], cfg, self.storage, run_id=run_id,
-                                build_index=record.get("build_index", True),
-                                on_start=functools.partial(self.live.__setitem__, run_id))
-            record.update({"state": "succeeded", "report": report})
+            if "delete" in record:
+                named = record["delete"]
+                record.update({"state": "succeeded", "deleted": delete(
+                    named["doc_ids"], named["prefixes"], cfg, self.storage, run_id=run_id).to_dict()})
+            else:
+                report = run_ingest(record["paths"], cfg, self.storage, run_id=run_id,
+                                    build_index=record.get("build_index", True), sync=record.get("sync", False),
+                                    on_start=functools.partial(self.live.__setitem__, run_id))
+                record.update({"state": "succeeded", "report": report})
         except Exception as e:  # a failed run is recorded with its reason; the service keeps serving
             record.update({"state": "failed", "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc()})

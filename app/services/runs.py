@@ -12,14 +12,21 @@ import hashlib
 import queue
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Required, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Required, TypedDict, TypeVar
 
 from app.runs import R, RunRecord, RunStore
 from app.storage import Storage
 
 if TYPE_CHECKING:  # the pipeline imports Ray Data: not for a CLI that only lists runs
-    from app.ingest.pipeline import IngestReportDict
+    from app.ingest.pipeline import DeleteReportDict, IngestReportDict
     from app.ingest.stages import Snapshot
+
+
+class DeleteRequest(TypedDict):
+    """What a removal run removes (`app.indexing.delete`)."""
+
+    doc_ids: list[str]
+    prefixes: list[str]  # source paths, directories, globs or URIs
 
 
 class IngestRunRecord(RunRecord, total=False):
@@ -29,6 +36,9 @@ class IngestRunRecord(RunRecord, total=False):
     paths: list[str]  # as submitted (local paths absolute)
     config: dict[str, object]  # the AppConfig (`model_dump`), validated again when the run starts
     build_index: bool
+    sync: bool  # delete the documents of files gone from under `paths`
+    delete: DeleteRequest  # a removal run (`paths` empty): what it removes
+    deleted: DeleteReportDict  # a succeeded removal run's report
     submitted_at: str  # ISO 8601, UTC (`app.catalog.now_iso`), as are the other times
     started_at: str
     finished_at: str

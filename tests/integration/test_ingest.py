@@ -5,10 +5,11 @@ import pytest
 
 from app import hardware
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
-from app.errors import Conflict
+from app.dataset import live_documents
+from app.errors import Conflict, NotFound
 from app.index.build import build_index, load_chunks
 from app.index.search import Index, Searcher
-from app.indexing import run_ingest
+from app.indexing import delete, run_ingest
 from app.ingest.pipeline import IngestError
 from app.ingest.stages import DROP_REASONS
 from app.storage import Storage
@@ -55,10 +56,10 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     ids_v1 = chunk_ids(storage, ds.version)
     assert len(ids_v1) == len(set(ids_v1)) == report["chunks"]
 
-    # the same input again: same ids, nothing added, no new version
+    # the same input again: no file is read (each known by size and mtime), nothing added, no new version
     again = run_ingest([str(path)], cfg, storage)
-    assert again["chunks"] == 0 and again["documents"]["kept"] == 0
-    assert again["documents"]["dropped"]["exact_duplicate"] == want["kept"] + 1
+    assert again["chunks"] == 0 and again["documents"]["read"] == 0
+    assert again["files"] == {"new": 0, "changed": 0, "unchanged": want["files"], "deleted": 0, "readmitted": 0}
     assert [m.version for m in catalog.versions("datasets")] == [ds.version]
 
     # an incremental ingest of a near copy of a published document adds nothing
@@ -96,6 +97,46 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     only_html = searcher.search("snakes", k=5, sources=["*.html"])
     assert only_html and {h.source.rsplit("/", 1)[1] for h in only_html} == {"page.html"}
     assert searcher.search("snakes", k=5, sources=["*.nothing"]) == []
+    sync_edits_deletions_and_deletes(storage, cfg, path, third["index_version"])
+
+
+def sync_edits_deletions_and_deletes(storage, cfg, path, old_index):
+    """The corpus changes under its root: a sync brings the index up to date in one version, reusing the vectors
+    of unchanged chunks; the version before still holds what it held (rollback); `delete` removes by id and by
+    source, and a file removed by source is read again by the next ingest."""
+    catalog = Catalog(storage)
+    main = path / "main.jsonl"
+    before = len([d for d in live_documents(storage, catalog.latest("datasets")) if d["source"] == str(main)])
+    records = [json.loads(line) for line in main.read_text().splitlines()[:-1]]
+    records[5]["text"] = "Narwhals use their long spiral tusks to sense the salinity of Arctic water."
+    main.write_text("".join(json.dumps(r) + "\n" for r in records) + "{this line is not json\n")
+    (path / "cafe.txt").write_text("Cafe creme brulee is now served warm in Lyon.")  # derived id: matched by place
+    (path / "page.html").unlink()
+    (path / "new.txt").write_text("Okapis are shy forest giraffids of the Ituri rainforest.")
+    report = run_ingest([str(path)], cfg, storage, sync=True)
+    assert report["files"] == {"new": 1, "changed": 2, "unchanged": 4, "deleted": 1, "readmitted": 0}
+    assert report["changes"]["added"] == 1 and report["changes"]["updated"] == 2
+    assert report["changes"]["removed"] == 1 and report["changes"]["unchanged"] == before - 1
+    assert report["reconciled"] and report["embeddings_reused"] >= 2 * (before - 1)  # two chunks a topic
+    v = catalog.get("datasets", report["dataset_version"])
+    assert v.counts["documents"] == report["changes"]["live_after"] == len(live_documents(storage, v))
+    assert v.counts["chunks"] == len(chunk_ids(storage, v.version)) == len(set(chunk_ids(storage, v.version)))
+    searcher = Searcher(Index.load(storage), cfg.search)
+    assert searcher.search("snakes", k=5, sources=["*.html"]) == []  # the deleted page is gone
+    assert searcher.search("What do narwhals sense with their tusks?", k=1)[0].doc_id == "doc5"
+    assert "Lyon" in searcher.search("where is creme brulee served warm?", k=1)[0].text
+    assert sorted(searcher.index.chunks.column("chunk_id")) == chunk_ids(storage, v.version)  # nothing stale
+    assert Searcher(Index.load(storage, old_index), cfg.search).search("snakes", k=5, sources=["*.html"])
+
+    deleted = delete(["doc7"], [str(path / "rows.parquet")], cfg, storage)
+    assert (deleted.documents, deleted.sources, deleted.not_found) == (3, [str(path / "rows.parquet")], [])
+    searcher = Searcher(Index.load(storage), cfg.search)
+    assert searcher.index.version == deleted.index_version
+    assert {"doc7", "pq1", "pq2"}.isdisjoint(searcher.index.chunks.column("doc_id"))
+    with pytest.raises(NotFound, match="no document of dataset version"):
+        delete(["doc7"], [], cfg, storage)
+    back = run_ingest([str(path)], cfg, storage)  # the forgotten file is read again; doc7's file is unchanged
+    assert back["files"]["new"] == 1 and back["changes"]["added"] == 2
 
 
 def test_too_many_unreadable_files_fail_and_publish_nothing(ray_cluster, tmp_path, cfg):

@@ -41,14 +41,17 @@ def test_preloaded_documents_are_compared_against():
     assert idx.check_near("again", signature(text + " tail", 128, 5)) == "old"
 
 
-def test_the_run_ledger_is_replay_safe(tmp_path):
+def test_the_run_ledger_is_replay_safe():
     """A batch reported twice (Ray Data re-running a task whose node died) changes nothing: its documents keep the
     decisions made the first time instead of becoming duplicates of themselves, and no count doubles."""
+
     from app.config import IngestConfig
+    from app.dataset import DOCUMENTS_FILE_SCHEMA
     from app.ingest.pipeline import reconcile
     from app.ingest.stages import RunLedger, batch_key
 
-    ledger = RunLedger("run", IngestConfig().model_dump(), str(tmp_path), [])
+    seed = DOCUMENTS_FILE_SCHEMA.empty_table().select(["doc_id", "content_hash", "minhash"])
+    ledger = RunLedger("run", IngestConfig().model_dump(), seed)
     texts = {"a.jsonl#line 1": "zebras cross the mara river every july " * 3,
              "a.jsonl#line 2": "zebras cross the mara river every july " * 3,  # an exact copy of line 1
              "b.txt": "okapis are shy forest giraffids of the ituri rainforest " * 3}
@@ -57,7 +60,8 @@ def test_the_run_ledger_is_replay_safe(tmp_path):
              "minhash": signature(t, 128, 5).tolist(), "n_chars": len(t)} for k, t in texts.items()]
     for _ in range(2):  # the second time is the replay
         ledger.parsed(batch_key(["a.jsonl", "b.txt", "c.html", "d.md"]), 4, 4, 0, 0,
-                      [{"source": "c.html", "reason": "rejected", "error": "E", "path": "q/c.html"}], [])
+                      [{"source": "c.html", "reason": "rejected", "error": "E", "path": "q/c.html"}], [],
+                      {"a.jsonl": "ha", "b.txt": "hb"})
         ledger.dropped([{"reason": "empty", "key": "d.md", "source": "d.md", "doc_id": "d", "duplicate_of": "",
                          "detail": ""}])
         exact = ledger.check_exact(keys, keys, [r["content_hash"] for r in rows], [r["source"] for r in rows])
@@ -70,3 +74,4 @@ def test_the_run_ledger_is_replay_safe(tmp_path):
     assert snap["dropped"]["empty"] == 1 and snap["files"] == {"read": 3, "unreadable": 1}
     assert snap["stages"]["near_dedup"]["rows_in"] == 3 and len(snap["quarantined"]) == 1
     assert snap["documents_read"] == 5 and len(snap["drops"]) == 3 and reconcile(snap)
+    assert snap["hashes"] == {"a.jsonl": "ha", "b.txt": "hb"}
