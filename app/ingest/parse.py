@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, TypedDict
@@ -72,21 +72,29 @@ def _first(record: Mapping[str, object], names: list[str]) -> object:
     return None
 
 
-def _record_doc(record: Mapping[str, object], source: str, where: str, cfg: ReadConfig) -> Doc:
-    """`record`: one jsonl object or parquet row, whatever its fields hold (JSON or Arrow values)."""
-    text = _first(record, cfg.text_fields)
+def record_doc(record: Mapping[str, object], source: str, where: str, *, ids: list[str], texts: list[str],
+               titles: list[str], metadata: Collection[str] | None = None) -> Doc:
+    """One record as a document: `record` a jsonl object, parquet or Delta table row, whatever its fields hold
+    (JSON or Arrow values). Its id, text and title are the first of the fields named in `ids`, `texts`, `titles`
+    that it holds (neither null nor ""); its metadata the fields named in `metadata` (None: every field not among
+    those) and `where`, its position, as JSON. A record without text, or with text not a string: ValueError."""
+    text = _first(record, texts)
     if text is None:
-        raise ValueError(f"no text field (tried {', '.join(cfg.text_fields)})")
+        raise ValueError(f"no text field (tried {', '.join(texts)})")
     if not isinstance(text, str):
         raise ValueError(f"text field is {type(text).__name__}, not a string")
-    doc_id = _first(record, cfg.id_fields)
-    title = _first(record, cfg.title_fields)
-    used = {*cfg.text_fields, *cfg.id_fields, *cfg.title_fields}
-    metadata = {k: v for k, v in record.items() if k not in used}
-    metadata["position"] = where
+    doc_id = _first(record, ids)
+    title = _first(record, titles)
+    used = {*texts, *ids, *titles}
+    kept = {k: v for k, v in record.items() if (k not in used if metadata is None else k in metadata)}
+    kept["position"] = where
     return {"doc_id": "" if doc_id is None else str(doc_id), "source": source,
             "title": "" if title is None else str(title), "text": text,
-            "metadata": json.dumps(metadata, default=str, sort_keys=True), "parts": [], "unit": ""}
+            "metadata": json.dumps(kept, default=str, sort_keys=True), "parts": [], "unit": ""}
+
+
+def _record_doc(record: Mapping[str, object], source: str, where: str, cfg: ReadConfig) -> Doc:
+    return record_doc(record, source, where, ids=cfg.id_fields, texts=cfg.text_fields, titles=cfg.title_fields)
 
 
 def _jsonl(data: bytes, source: str, cfg: ReadConfig) -> Parsed:
