@@ -51,9 +51,11 @@ class Storage:
         return isinstance(self.fs, pafs.LocalFileSystem)
 
     def path(self, rel: str = "") -> str:
-        """Filesystem path (for `self.fs`) of a root-relative path."""
+        """Filesystem path (for `self.fs`) of a root-relative path. Empty components are dropped ("a//b/" is
+        "a/b"): on an object store they would name another key, which pyarrow refuses."""
         base = self._resolve()[1]
-        return f"{base}/{rel.strip('/')}" if rel else base
+        rel = _clean(rel)
+        return f"{base}/{rel}" if rel else base
 
     def local_path(self, rel: str = "") -> Path:
         assert self.is_local, "local_path() is only for a local storage root"
@@ -84,7 +86,8 @@ class Storage:
 
     def write_bytes(self, rel: str, data: bytes, atomic: bool = True) -> None:
         target = self.path(rel)
-        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        if not isinstance(self.fs, pafs.S3FileSystem):  # S3 needs no parents: their markers are 4 more requests
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         if not (atomic and self.is_local):
             with self.fs.open_output_stream(target) as f:
                 f.write(data)
@@ -151,8 +154,14 @@ class Storage:
 
     def download_dir(self, rel: str, local_dir: Path) -> Path:
         """Mirror the files under `rel` into `local_dir` (for libraries that only read local files)."""
+        prefix = f"{_clean(rel)}/" if _clean(rel) else ""
         for f in self.list_files(rel):
-            dest = local_dir / f[len(rel.strip("/")) + 1 :]
+            dest = local_dir / f.removeprefix(prefix)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(self.read_bytes(f))
         return local_dir
+
+
+def _clean(rel: str) -> str:
+    """A root-relative path with single slashes and none at either end."""
+    return "/".join(part for part in rel.split("/") if part)
