@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -153,12 +155,25 @@ class Storage:
         return written
 
     def download_dir(self, rel: str, local_dir: Path) -> Path:
-        """Mirror the files under `rel` into `local_dir` (for libraries that only read local files)."""
+        """Mirror the files under `rel` into `local_dir` (for libraries that only read local files), whole or not
+        at all: they are written to a temporary sibling renamed into place, so whoever finds `local_dir` finds
+        every file. A download cut short leaves no `local_dir`; of two at once (replicas on one node) the first
+        rename wins and the other's copy is dropped. An existing `local_dir` is kept as it is."""
         prefix = f"{_clean(rel)}/" if _clean(rel) else ""
-        for f in self.list_files(rel):
-            dest = local_dir / f.removeprefix(prefix)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(self.read_bytes(f))
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}.tmp-", dir=local_dir.parent))
+        try:
+            for f in self.list_files(rel):
+                dest = tmp / f.removeprefix(prefix)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(self.read_bytes(f))
+            try:
+                os.rename(tmp, local_dir)  # onto an empty directory too
+            except OSError:
+                if not local_dir.is_dir():
+                    raise  # else a full one is there: another download won
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return local_dir
 
 

@@ -236,3 +236,31 @@ def test_expand_files_globs_and_missing_paths_on_s3(corpus):
         expand([f"{corpus}/*.docx"])
     with pytest.raises(ValueError, match="no supported files"):
         expand([f"{corpus}/tool*"])
+
+
+def test_download_dir_is_whole_or_absent(s3, tmp_path, monkeypatch):
+    """A served index or model is mirrored to a local cache that its loader trusts when it finds one file there:
+    a download cut short must leave nothing, and a second download must not disturb the first's copy."""
+    for name in ("a.bin", "b.bin", "c.bin"):
+        s3.write_bytes(f"idx/9/{name}", name.encode())
+    dest = tmp_path / "cache" / "key"
+    read, calls = Storage.read_bytes, []
+
+    def flaky(self, rel):
+        calls.append(rel)
+        if len(calls) == 2:
+            raise OSError("connection reset")
+        return read(self, rel)
+
+    monkeypatch.setattr(Storage, "read_bytes", flaky)
+    with pytest.raises(OSError, match="connection reset"):
+        s3.download_dir("idx/9", dest)
+    assert not dest.exists() and list((tmp_path / "cache").iterdir()) == []  # no half copy, no temporary left
+    monkeypatch.setattr(Storage, "read_bytes", read)
+    assert s3.download_dir("idx/9", dest) == dest and (dest / "c.bin").read_bytes() == b"c.bin"
+    s3.write_bytes("idx/9/a.bin", b"changed")
+    s3.download_dir("idx/9", dest)  # another replica's download, finishing second: the first copy stays
+    assert (dest / "a.bin").read_bytes() == b"a.bin" and len(list((tmp_path / "cache").iterdir())) == 1
+    empty = tmp_path / "cache" / "empty"
+    empty.mkdir()
+    assert sorted(p.name for p in s3.download_dir("idx/9", empty).iterdir()) == ["a.bin", "b.bin", "c.bin"]
