@@ -224,7 +224,13 @@ def test_expand_a_directory_on_s3(corpus):
 def test_expand_files_globs_and_missing_paths_on_s3(corpus):
     bucket_path = corpus.removeprefix("s3://")
     assert expand([f"{corpus}/tool.bin"]).files == [f"{bucket_path}/tool.bin"]  # named: read (and quarantined)
-    assert expand([f"{corpus}/*.md"]).files == [f"{bucket_path}/b.md", f"{bucket_path}/sub/c.md"]
+    # globs match as the local glob.glob(recursive=True) does: * within a name, ** across directories
+    assert expand([f"{corpus}/*.md"]).files == [f"{bucket_path}/b.md"]
+    assert expand([f"{corpus}/**/*.md"]).files == [f"{bucket_path}/b.md", f"{bucket_path}/sub/c.md"]
+    assert expand([f"{corpus}/?.txt"]).files == [f"{bucket_path}/a.txt"]  # ? and [ are no URI syntax here
+    assert expand([f"{corpus}/[ab].*"]).files == [f"{bucket_path}/a.txt", f"{bucket_path}/b.md"]
+    assert expand([f"{corpus}/.*"]).files == [f"{bucket_path}/.hidden.txt"]  # hidden: only when asked for
+    assert expand([f"{corpus}/s?b/*"]).files == [f"{bucket_path}/sub/c.md"]
     assert expand([f"{corpus}/sub/*.md", f"{corpus}/a.txt"]).files == [f"{bucket_path}/a.txt",
                                                                       f"{bucket_path}/sub/c.md"]
     got = expand([corpus], max_file_bytes=5)
