@@ -183,10 +183,10 @@ def test_catalog_model_versions(s3):
     s3.write_bytes("models/sft/files-a/config.json", b"{}")
     s3.write_bytes("models/sft/files-a/model.safetensors", b"w" * 100)
     fields = {"task": "sft", "run": "r1", "base_model": "tiny", "dir": "models/sft/files-a"}
-    first = c.publish_model("sft", fields)  # type: ignore[arg-type]
+    first = c.publish_model("sft", fields)
     assert first.version == 1 and [f.path for f in first.files] == ["models/sft/files-a/config.json",
                                                                      "models/sft/files-a/model.safetensors"]
-    assert c.publish_model("sft", fields).version == 2  # type: ignore[arg-type]
+    assert c.publish_model("sft", fields).version == 2
     assert c.model_names() == ["sft"] and [m.version for m in c.model_versions("sft")] == [1, 2]
     assert c.promoted("sft") is None
     c.promote("sft", 1)
