@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -51,9 +53,11 @@ class Storage:
         return isinstance(self.fs, pafs.LocalFileSystem)
 
     def path(self, rel: str = "") -> str:
-        """Filesystem path (for `self.fs`) of a root-relative path."""
+        """Filesystem path (for `self.fs`) of a root-relative path. Empty components are dropped ("a//b/" is
+        "a/b"): on an object store they would name another key, which pyarrow refuses."""
         base = self._resolve()[1]
-        return f"{base}/{rel.strip('/')}" if rel else base
+        rel = _clean(rel)
+        return f"{base}/{rel}" if rel else base
 
     def local_path(self, rel: str = "") -> Path:
         assert self.is_local, "local_path() is only for a local storage root"
@@ -84,7 +88,8 @@ class Storage:
 
     def write_bytes(self, rel: str, data: bytes, atomic: bool = True) -> None:
         target = self.path(rel)
-        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        if not isinstance(self.fs, pafs.S3FileSystem):  # S3 needs no parents: their markers are 4 more requests
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         if not (atomic and self.is_local):
             with self.fs.open_output_stream(target) as f:
                 f.write(data)
@@ -150,9 +155,28 @@ class Storage:
         return written
 
     def download_dir(self, rel: str, local_dir: Path) -> Path:
-        """Mirror the files under `rel` into `local_dir` (for libraries that only read local files)."""
-        for f in self.list_files(rel):
-            dest = local_dir / f[len(rel.strip("/")) + 1 :]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(self.read_bytes(f))
+        """Mirror the files under `rel` into `local_dir` (for libraries that only read local files), whole or not
+        at all: they are written to a temporary sibling renamed into place, so whoever finds `local_dir` finds
+        every file. A download cut short leaves no `local_dir`; of two at once (replicas on one node) the first
+        rename wins and the other's copy is dropped. An existing `local_dir` is kept as it is."""
+        prefix = f"{_clean(rel)}/" if _clean(rel) else ""
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{local_dir.name}.tmp-", dir=local_dir.parent))
+        try:
+            for f in self.list_files(rel):
+                dest = tmp / f.removeprefix(prefix)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(self.read_bytes(f))
+            try:
+                os.rename(tmp, local_dir)  # onto an empty directory too
+            except OSError:
+                if not local_dir.is_dir():
+                    raise  # else a full one is there: another download won
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return local_dir
+
+
+def _clean(rel: str) -> str:
+    """A root-relative path with single slashes and none at either end."""
+    return "/".join(part for part in rel.split("/") if part)

@@ -63,7 +63,8 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
         fs: pafs.FileSystem = pafs.LocalFileSystem()
         prefix = ""
     else:
-        fs, _ = pafs.FileSystem.from_uri(paths[0])
+        # the bucket's URI: the path may be a glob, whose ? and [ are no URI's
+        fs, _ = pafs.FileSystem.from_uri("/".join(paths[0].split("/", 3)[:3]))
         prefix = f"{scheme}://"
     files: set[str] = set()
     skipped: dict[str, str] = {}  # path -> its type
@@ -159,10 +160,10 @@ def _split_by_root(files: list[str], root: str, follow: bool) -> tuple[list[str]
 
 def _expand_remote(fs: pafs.FileSystem, path: str) -> tuple[bool, list[str], list[str]] | None:
     if any(ch in path for ch in "*?["):
-        base = path.split("*", 1)[0].rsplit("/", 1)[0]
+        base = path[: min(path.index(ch) for ch in "*?[" if ch in path)].rsplit("/", 1)[0]
         sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         matches = [i.path for i in fs.get_file_info(sel)
-                   if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path)]
+                   if i.type == pafs.FileType.File and _glob_match(i.path.split("/"), path.split("/"))]
         return (False, matches, []) if matches else None
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
@@ -172,3 +173,16 @@ def _expand_remote(fs: pafs.FileSystem, path: str) -> tuple[bool, list[str], lis
         return False, [i.path for i in fs.get_file_info(sel)
                        if i.type == pafs.FileType.File and not i.base_name.startswith(".")], []
     return None
+
+
+def _glob_match(parts: list[str], pattern: list[str]) -> bool:
+    """A key's components against a glob's, by the rules of the local `glob.glob(recursive=True)`: a wildcard
+    stays inside one component, `**` stands for any number of them, and hidden names match only a pattern that
+    starts with a dot."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_glob_match(parts[i:], pattern[1:]) for i in range(len(parts) + 1)
+                   if not any(p.startswith(".") for p in parts[:i]))
+    return (bool(parts) and (pattern[0].startswith(".") or not parts[0].startswith("."))
+            and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:]))
