@@ -164,6 +164,23 @@ class EmbedConfig(ConfigBase):
         return self
 
 
+class DeltaConfig(ConfigBase):
+    """How the rows of a Delta Lake table become documents (`app.ingest.delta`): a table is ingested by the path
+    of its directory, the one holding `_delta_log`."""
+
+    id_column: str = Field(default="id", min_length=1, description="Column holding each row's document id "
+                           "(any type, as its string); a row whose id is null or empty is a bad record.")
+    text_column: str = Field(default="text", min_length=1, description="Column holding the document text; a row "
+                             "whose text is null, empty or not a string is a bad record.")
+    title_column: str | None = Field(default="title", description="Column holding the title. None, or a column "
+                                     "the table lacks: titles are \"\".")
+    metadata_columns: list[str] | None = Field(default=None, description="Columns kept as each document's "
+                                               "metadata. None: every column but the id, text and title.")
+    storage_options: dict[str, str] = Field(default_factory=dict, description="Options for deltalake's object "
+                                            "store (credentials, region, endpoint: AWS_REGION, "
+                                            "AZURE_STORAGE_ACCOUNT_NAME...), for tables in S3, Azure or GCS.")
+
+
 class IngestConfig(ConfigBase):
     """The streaming ingestion pipeline."""
 
@@ -173,6 +190,7 @@ class IngestConfig(ConfigBase):
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     chunk: ChunkConfig = Field(default_factory=ChunkConfig)
     embed: EmbedConfig = Field(default_factory=EmbedConfig)
+    delta: DeltaConfig = Field(default_factory=DeltaConfig)
     light_stage_num_cpus: float = Field(
         default=0.1, gt=0, description="CPUs reserved by each task of the cheap stages (parse, normalise, chunk), "
         "so the embedding actors keep the cores."

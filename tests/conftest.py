@@ -24,6 +24,7 @@ from tests.helpers import (
     train_sft,
     write_corpus,
 )
+from tests.s3server import S3Server, s3_environ, s3_server
 
 # Run order: the quick tier first; e2e before the tiers that start the session's Ray (integration, browser), because
 # `ray up`/`ray down` stop every Ray on this machine and so the e2e test refuses to run beside one.
@@ -88,7 +89,16 @@ def run_order(item: pytest.Item, tier: str) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def s3_bucket() -> Iterator[S3Server]:
+    """A real S3-protocol server on loopback (moto's) with one bucket, its AWS_* environment in os.environ, so
+    `Storage("s3://...")` and pyarrow reach it; started before the session's Ray, so Ray's workers reach it too
+    (tests/s3server.py). Tests share the bucket: each writes under its own prefix (`s3_bucket.fresh_uri()`)."""
+    with s3_server() as server, s3_environ(server):
+        yield server
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_bucket):
     # address="local": always a fresh cluster of our own, even if a `ray start` one runs on this machine
     # metrics exported every 2 s rather than Ray's 10: the vLLM tests read the engine's metrics where Prometheus does
     from app.raycluster import init_local

@@ -22,9 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
-
-from app.config import ConfigBase
+from app.config import DeltaConfig
 from app.errors import NotFound, UserError
 from app.ingest.parse import Doc, record_doc
 
@@ -34,22 +32,6 @@ if TYPE_CHECKING:
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")  # what load_cdf adds to a table's columns
 Method = Literal["snapshot", "change_data_feed", "diff"]
-
-
-class DeltaConfig(ConfigBase):
-    """How the rows of a Delta Lake table become documents."""
-
-    id_column: str = Field(default="id", min_length=1, description="Column holding each row's document id "
-                           "(any type, as its string); a row whose id is null or empty is a bad record.")
-    text_column: str = Field(default="text", min_length=1, description="Column holding the document text; a row "
-                             "whose text is null, empty or not a string is a bad record.")
-    title_column: str | None = Field(default="title", description="Column holding the title. None, or a column "
-                                     "the table lacks: titles are \"\".")
-    metadata_columns: list[str] | None = Field(default=None, description="Columns kept as each document's "
-                                               "metadata. None: every column but the id, text and title.")
-    storage_options: dict[str, str] = Field(default_factory=dict, description="Options for deltalake's object "
-                                            "store (credentials, region, endpoint: AWS_REGION, "
-                                            "AZURE_STORAGE_ACCOUNT_NAME...), for tables in S3, Azure or GCS.")
 
 
 @dataclass

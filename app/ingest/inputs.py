@@ -28,6 +28,7 @@ class Inputs:
     uri_prefix: str = ""  # "s3://" etc., to show sources as URIs
     refused: list[dict[str, str]] = field(default_factory=list)  # {source, reason (too_large|outside_roots), detail}
     roots: list[str] = field(default_factory=list)  # the inputs as given, as sources: directories, globs, files
+    delta: str = ""  # the Delta table (its URI or path) the run reads instead of files
 
     def source(self, path: str) -> str:
         return f"{self.uri_prefix}{path}"
@@ -66,6 +67,12 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
         # the bucket's URI: the path may be a glob, whose ? and [ are no URI's
         fs, _ = pafs.FileSystem.from_uri("/".join(paths[0].split("/", 3)[:3]))
         prefix = f"{scheme}://"
+    tables = [p for p in paths if _is_delta(fs, _fs_path(p, scheme))]
+    if tables:
+        if len(paths) > 1:
+            raise UserError(f"{tables[0]} is a Delta table: ingest it on its own, not with other inputs")
+        source = paths[0].rstrip("/") if scheme != "file" else _fs_path(paths[0], scheme)
+        return Inputs(filesystem=fs, files=[], uri_prefix=prefix, roots=[source], delta=source)
     files: set[str] = set()
     skipped: dict[str, str] = {}  # path -> its type
     refused: dict[str, dict[str, str]] = {}
@@ -95,6 +102,11 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
             refused[info.path] = {"source": f"{prefix}{info.path}", "reason": "too_large",
                                   "detail": f"{info.size:,} bytes, over ingest.read.max_file_bytes "
                                             f"({max_file_bytes:,})"}
+    # a Delta table met in a walk is read by its log, in a run of its own: its data files are not documents
+    for table in sorted({f.split(f"/{DELTA_LOG}/")[0] for f in [*files, *skipped] if f"/{DELTA_LOG}/" in f}):
+        files = {f for f in files if not f.startswith(f"{table}/")}
+        skipped = {f: t for f, t in skipped.items() if not f.startswith(f"{table}/")}
+        skipped[table] = "a Delta table (ingest it by its own path)"
     if not files:
         names = ", ".join(f"{r['source']} ({r['reason']})" for r in refused.values())
         why = f"; refused: {names}" if refused else ""
@@ -104,6 +116,22 @@ def expand(paths: list[str], max_file_bytes: int | None = None, follow_symlinks:
     return Inputs(filesystem=fs, files=sorted(files), uri_prefix=prefix,
                   skipped=[{"source": f"{prefix}{f}", "type": t} for f, t in sorted(skipped.items())],
                   refused=[refused[k] for k in sorted(refused)], roots=roots)
+
+
+DELTA_LOG = "_delta_log"
+
+
+def _fs_path(raw: str, scheme: str) -> str:
+    if scheme != "file":
+        return raw.split("://", 1)[1].rstrip("/")
+    return os.path.abspath(os.path.expanduser(raw.removeprefix("file://")))
+
+
+def _is_delta(fs: pafs.FileSystem, path: str) -> bool:
+    """A directory holding a `_delta_log` directory is a Delta table, read by its log, not file by file."""
+    if any(ch in path for ch in "*?["):
+        return False
+    return bool(fs.get_file_info(f"{path}/{DELTA_LOG}").type == pafs.FileType.Directory)
 
 
 def _expand_one(fs: pafs.FileSystem, raw: str, scheme: str,

@@ -6,6 +6,7 @@ Ray jobs call): this package writes dataset versions and never reads or builds a
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -34,7 +35,7 @@ from app.dataset import (
     source_records,
 )
 from app.errors import Conflict, NotFound, RaglineError, UserError
-from app.ingest import stages, sync
+from app.ingest import delta, stages, sync
 from app.ingest.inputs import Inputs, expand
 from app.models import embedder
 from app.storage import Storage
@@ -221,9 +222,6 @@ def build_dataset(inputs: Inputs, files: list[str], cfg: AppConfig, storage: Sto
     `reuse`: vectors of the replaced documents' chunks (`Embedder`)."""
     ic = cfg.ingest
     light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
-    model_path = embedder.resolve(ic.embed.model)
-    revision = embedder.revision(ic.embed.model)
-    threads = hardware.threads(ic.embed.num_cpus)
     # Small blocks (≈ a few embedding batches each) so every embedding actor has work: one big input file would
     # otherwise flow through the pipeline as one block and keep a single actor busy.
     ray.data.DataContext.get_current().target_max_block_size = BLOCK_BYTES
@@ -232,6 +230,17 @@ def build_dataset(inputs: Inputs, files: list[str], cfg: AppConfig, storage: Sto
     ds = ds.map_batches(_udf(stages.parse_files), batch_size=8, **light,
                         fn_kwargs={"ledger": ledger, "cfg": ic.model_dump(), "storage_uri": storage.uri,
                                    "run_id": run_id, "uri_prefix": inputs.uri_prefix})
+    return chunk_documents(ds, cfg, ledger, variant, reuse)
+
+
+def chunk_documents(ds: ray.data.Dataset, cfg: AppConfig, ledger: Any, variant: embedder.Variant,
+                    reuse: Mapping[str, Any]) -> ray.data.Dataset:
+    """Document rows (`stages.DOC_SCHEMA`) → normalised, deduplicated, chunked and embedded chunk rows."""
+    ic = cfg.ingest
+    light: LightStageArgs = {"num_cpus": ic.light_stage_num_cpus, "batch_format": "pyarrow"}
+    model_path = embedder.resolve(ic.embed.model)
+    revision = embedder.revision(ic.embed.model)
+    threads = hardware.threads(ic.embed.num_cpus)
     ds = ds.map_batches(_udf(stages.normalize_docs), batch_size=256, **light,
                         fn_kwargs={"ledger": ledger, "min_chars": ic.normalize.min_chars})
     ds = ds.map_batches(_udf(stages.exact_dedup), batch_size=256, **light, fn_kwargs={"ledger": ledger})
@@ -276,9 +285,16 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     t0 = time.time()
     live = live_documents(storage, previous)
     records = source_records(storage, previous)
-    plan = sync.plan(inputs, live, records, sync_roots)
-    going = plan.replacing | plan.deleted
-    seed = pa.Table.from_pylist([d for d in live if sync.file_of(str(d["source"])) not in going],
+    changes_in: delta.DeltaChanges | None = None
+    if inputs.delta:
+        rec = records.get(inputs.delta)
+        since = int(str(rec["sha256"]).removeprefix(DELTA_VERSION)) if rec else None
+        changes_in = delta.read_changes(inputs.delta, cfg.ingest.delta, since)
+        plan = sync.plan_delta(inputs.delta, (d["doc_id"] for d in changes_in.upserts), changes_in.deleted,
+                               changes_in.since is None, live)
+    else:
+        plan = sync.plan(inputs, live, records, sync_roots)
+    seed = pa.Table.from_pylist([d for d in live if not plan.replaces(d)],
                                 DOCUMENTS_FILE_SCHEMA).select(["doc_id", "content_hash", "minhash"])
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -289,17 +305,22 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     if on_start:
         on_start(ledger)
     segment = f"datasets/segments/{run_id}"
-    wave, replacing = list(plan.read), set(plan.replacing)
+    write = functools.partial(_write, cfg, storage, segment)
+    if changes_in is not None:
+        ray.get(ledger.parsed.remote(stages.batch_key([inputs.delta]), 1, len(changes_in.upserts), 0, 0, [],
+                                     changes_in.bad_records, {inputs.delta: f"{DELTA_VERSION}{changes_in.version}"}))
+        if changes_in.upserts:
+            docs = ray.data.from_arrow(stages.doc_table(changes_in.upserts))
+            write(chunk_documents(docs, cfg, ledger, variant, _reusable(storage, previous, live, plan,
+                                                                        cfg.ingest.embed.include_title)))
+    wave = list(plan.read)
     while wave:  # a second wave reads the files whose documents duplicated ones the first removed (sync.readmit)
-        reuse = _reusable(storage, previous, live, replacing, cfg.ingest.embed.include_title)
-        ds = build_dataset(inputs, wave, cfg, storage, run_id, ledger, variant, reuse)
-        # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
-        ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
-                         ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
+        reuse = _reusable(storage, previous, live, plan, cfg.ingest.embed.include_title)
+        write(build_dataset(inputs, wave, cfg, storage, run_id, ledger, variant, reuse))
         snap: stages.Snapshot = ray.get(ledger.snapshot.remote(full=True))
         extra = sync.readmit(plan, inputs, live, records, snap.get("kept_documents", []),
                              {q["source"] for q in snap["quarantined"]})
-        replacing, wave = set(extra), list(extra.values())
+        wave = list(extra.values())
         ray.get(ledger.forget.remote([str(d["doc_id"]) for d in live if sync.file_of(str(d["source"])) in extra]))
     snap = ray.get(ledger.snapshot.remote(full=True))  # the ledger exits with its last handle
     chunk_files = [f for f in storage.list_files(segment) if f.endswith(".parquet")]
@@ -402,6 +423,7 @@ def delete_documents(storage: Storage, doc_ids: list[str], prefixes: list[str],
                         dataset_version=manifest.version)
 
 
+DELTA_VERSION = "delta-version:"  # a Delta table's sources row holds the version synced as its "sha256"
 _DUPLICATE = ("exact_duplicate", "near_duplicate", "duplicate_id")
 
 
@@ -427,11 +449,17 @@ def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str) -> list[di
     return rows
 
 
-def _reusable(storage: Storage, previous: Manifest | None, live: list[dict[str, object]], replacing: set[str],
+def _write(cfg: AppConfig, storage: Storage, segment: str, ds: ray.data.Dataset) -> None:
+    # Writers reserve a light share, not a whole CPU, so shards stream out beside busy embedding actors.
+    ds.write_parquet(storage.path(segment), filesystem=storage.fs, max_rows_per_file=cfg.ingest.rows_per_file,
+                     ray_remote_args={"num_cpus": cfg.ingest.light_stage_num_cpus})
+
+
+def _reusable(storage: Storage, previous: Manifest | None, live: list[dict[str, object]], plan: sync.Plan,
               include_title: bool) -> dict[str, Any]:
     """The vectors of the chunks of the documents a run replaces, by `stages.reuse_key`: a chunk that comes out of
     the new parse with the same text is not embedded again."""
-    docs = {(str(d["run_id"]), str(d["doc_id"])) for d in live if sync.file_of(str(d["source"])) in replacing}
+    docs = {(str(d["run_id"]), str(d["doc_id"])) for d in live if plan.replaces(d)}
     if previous is None or not docs:
         return {}
     out = {}

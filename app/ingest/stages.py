@@ -258,6 +258,11 @@ def _doc_key(doc: Doc) -> str:
     return f"{doc['source']}#{position}" if position else doc["source"]
 
 
+def doc_table(docs: Sequence[Doc]) -> pa.Table:
+    """Parsed documents as the rows the normalize stage takes (`DOC_SCHEMA`)."""
+    return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
+
+
 def _table(rows: Sequence[Mapping[str, object]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
@@ -291,7 +296,7 @@ def parse_files(batch: pa.Table, *, ledger: Any, cfg: Mapping[str, object], stor
     ray.get(ledger.parsed.remote(key, batch.num_rows, len(docs), replaced_bytes, replaced_docs, bad_files,
                                  bad_records, hashes))
     _stage_done(ledger, "parse", key, batch.num_rows, len(docs), t0)
-    return _table([{**d, "key": _doc_key(d)} for d in docs], DOC_SCHEMA)
+    return doc_table(docs)
 
 
 def _parse(source: str, data: bytes, cfg: IngestConfig, storage_uri: str) -> Parsed:

@@ -84,6 +84,16 @@ class Plan:
     deleted: set[str]  # known sources gone from a synced root
     touched: dict[str, tuple[int, int]]  # known, same hash, new mtime: source -> (size, mtime ns), to remember
     files: FileCounts = field(default_factory=FileCounts)
+    # sources replaced row by row (a Delta table's changes): source -> ids of the documents the run replaces or
+    # deletes; a source in `replacing` but not here is replaced whole
+    rows: dict[str, set[str]] = field(default_factory=dict)
+
+    def replaces(self, doc: Mapping[str, object]) -> bool:
+        """Whether the run replaces or removes this document of the corpus (once it publishes)."""
+        source = file_of(str(doc["source"]))
+        if source in self.deleted:
+            return True
+        return source in self.replacing and (source not in self.rows or doc["doc_id"] in self.rows[source])
 
 
 def plan(inputs: Inputs, live: Sequence[Mapping[str, object]], records: Mapping[str, Mapping[str, object]],
@@ -126,7 +136,7 @@ def readmit(p: Plan, inputs: Inputs, live: Sequence[Mapping[str, object]],
     dropped as duplicates of documents the run removed or changed, so the duplicate takes the original's place.
     Only files on the run's filesystem that still exist; each at most once."""
     still = {(d["doc_id"], d["content_hash"]) for d in kept}
-    going = {str(d["doc_id"]) for d in live if file_of(str(d["source"])) in p.deleted | (p.replacing - unreadable)
+    going = {str(d["doc_id"]) for d in live if p.replaces(d) and file_of(str(d["source"])) not in unreadable
              and (d["doc_id"], d["content_hash"]) not in still}
     out: dict[str, str] = {}
     for source, rec in records.items():
@@ -145,6 +155,18 @@ def readmit(p: Plan, inputs: Inputs, live: Sequence[Mapping[str, object]],
             p.files.readmitted += 1
     p.read += sorted(out.values())
     return out
+
+
+def plan_delta(source: str, upserted: Iterable[str], deleted: Iterable[str], whole: bool,
+               live: Sequence[Mapping[str, object]]) -> Plan:
+    """A Delta table's changes as a plan: the documents of the upserted and deleted ids are replaced row by row, or
+    all of the table's (`whole`: a snapshot was read)."""
+    known = any(file_of(str(d["source"])) == source for d in live)
+    ids = {*upserted, *deleted}
+    files = FileCounts(new=int(not known), changed=int(known and (whole or bool(ids))),
+                       unchanged=int(known and not whole and not ids))
+    return Plan(read=[], stat={source: (0, 0)}, replacing={source} if known else set(), deleted=set(), touched={},
+                files=files, rows={} if whole else {source: ids})
 
 
 class Removal(BaseModel):
@@ -174,7 +196,7 @@ def changes(p: Plan, live: Sequence[Mapping[str, object]], kept: Sequence[Mappin
                                     reason="deleted"))
             counts.removed += 1
     for source in sorted(p.replacing - unreadable):
-        old = old_by_file.get(source, [])
+        old = [d for d in old_by_file.get(source, []) if p.replaces(d)]
         by_id = {d["doc_id"]: d for d in old}
         by_key = {d["key"]: d for d in old}
         matched: set[int] = set()

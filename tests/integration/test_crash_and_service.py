@@ -12,6 +12,7 @@ from pathlib import Path
 import ray
 
 from app.catalog import Catalog
+from app.dataset import live_documents
 from app.index.build import load_chunks
 from app.indexing import run_ingest
 from app.services.ingest import service_name
@@ -22,7 +23,7 @@ N_DOCS = 120  # ≈ 240 chunks: long enough on 2 cores to be killed in the middl
 
 
 def big_corpus(d: Path, start: int = 0, n: int = N_DOCS) -> Path:
-    d.mkdir(parents=True)
+    d.mkdir(parents=True, exist_ok=True)
     for i in range(start, start + n):
         (d / f"doc{i:04d}.txt").write_text(topic_text(i))
     return d
@@ -90,21 +91,30 @@ def test_service_survives_caller_and_recovers_after_restart(ray_cluster, tmp_pat
     assert done["state"] == "succeeded", done.get("error")
     assert done["report"]["documents"]["kept"] == 10
 
-    # a second run: kill the service while it runs; it restarts, re-reads the catalog and re-runs it
-    second = big_corpus(tmp_path / "second", start=N_DOCS)
-    run2 = ray.get(service.submit.remote([str(second)], __import__("app.config").config.load_config().model_dump()))
+    # a second run, a sync of the same folder after files were deleted, edited and added: kill the service while it
+    # runs; the published version is untouched, and the service restarts, re-reads the catalog and re-runs it
+    (first / "doc0000.txt").unlink()
+    (first / "doc0001.txt").unlink()
+    (first / "doc0002.txt").write_text(topic_text(5000))
+    big_corpus(first, start=N_DOCS)
+    run2 = ray.get(service.submit.remote([str(first)], __import__("app.config").config.load_config().model_dump(),
+                                         True, True))
     wait_for(lambda: ray.get(service.status.remote(run2)).get("progress", {}).get("stages", {}).get("chunk"),
              240, "the second run to be chunking (embedding comes next and takes many seconds)")
     ray.kill(service, no_restart=False)
+    v1 = Catalog(Storage(store)).latest("datasets")
+    assert v1 is not None and v1.version == 1 and len(live_documents(Storage(store), v1)) == 10
     final = wait_for(lambda: (s := ray.get(service.status.remote(run2)))["state"] in ("succeeded", "failed") and s,
                      400, "the re-queued run to finish")
     assert final["state"] == "succeeded", final.get("error")
     assert final["restarts"] == 1 and "re-queued" in final["note"]
+    assert final["report"]["changes"] == {"added": N_DOCS, "updated": 1, "unchanged": 0, "removed": 2,
+                                          "live_before": 10, "live_after": 8 + N_DOCS}
     runs = {r["run_id"]: r for r in ray.get(service.runs.remote())}
     assert runs[run1]["state"] == runs[run2]["state"] == "succeeded"
     versions = ray.get(service.versions.remote())
     assert [v["version"] for v in versions["datasets"]] == [1, 2]
-    assert_complete(Storage(store), 10 + N_DOCS)
+    assert_complete(Storage(store), 8 + N_DOCS)
 
     status = json.loads(ragline("--storage", store, "status", "--json").stdout)
     assert {r["run_id"] for r in status["runs"]} == {run1, run2} and len(status["indexes"]) == 2

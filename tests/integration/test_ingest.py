@@ -261,3 +261,51 @@ def test_a_run_never_publishes_over_a_version_it_did_not_deduplicate_against(ray
     with pytest.raises(IngestError, match="another run published dataset version 1 .* run the ingest again"):
         run_ingest([str(path)], cfg, storage, on_start=someone_else_publishes)
     assert [m.version for m in catalog.versions("datasets")] == [1]
+
+
+def test_a_delta_table_and_an_s3_bucket_sync_into_a_store_on_s3(ray_cluster, s3_bucket, cfg, tmp_path):
+    """A Delta table (change data feed on) synced into a storage root on a real S3-protocol server: inserts,
+    updates and deletes reach the next index version, which loads from the bucket; then files in the bucket are
+    ingested, and a sync after an object is deleted removes its documents."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    table = str(tmp_path / "articles")
+    write_deltalake(table, pa.table({"id": [1, 2, 3], "title": ["Otters", "Herons", "Moles"], "author": ["a", "b", "c"],
+                                     "text": ["Sea otters crack shellfish open on their bellies with stones.",
+                                              "Grey herons stand motionless in shallow water waiting for fish.",
+                                              "Moles dig tunnels with broad forepaws and eat earthworms."]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    storage = Storage(s3_bucket.fresh_uri())
+    first = run_ingest([table], cfg, storage)
+    assert first["files"]["new"] == 1 and first["changes"]["added"] == 3 and first["reconciled"]
+    write_deltalake(table, pa.table({"id": [4], "title": ["Bats"], "author": ["d"],
+                                     "text": ["Bats find moths in the dark by the echoes of their calls."]}),
+                    mode="append")
+    DeltaTable(table).update(updates={"text": "'Grey herons nest together in tall trees called heronries.'"},
+                             predicate="id = 2")
+    DeltaTable(table).delete("id = 3")
+    second = run_ingest([table], cfg, storage)
+    assert second["changes"] == {"added": 1, "updated": 1, "unchanged": 0, "removed": 1, "live_before": 3,
+                                 "live_after": 3}
+    assert second["documents"]["read"] == 2  # only the changed rows
+    assert run_ingest([table], cfg, storage)["files"]["unchanged"] == 1  # nothing new in the table
+    searcher = Searcher(Index.load(storage), cfg.search)  # the index, read from the bucket
+    assert searcher.index.version == second["index_version"]
+    assert sorted(searcher.index.chunks.column("doc_id")) == ["1", "2", "4"]
+    hit = searcher.search("where do herons nest?", k=1)[0]
+    assert hit.doc_id == "2" and "heronries" in hit.text
+
+    client = s3_bucket.client()
+    corpus = storage.uri.replace("s3://", "").split("/", 1)[1] + "-corpus"
+    texts = {"a.txt": "Lichens are fungi living with algae.", "b.md": "# Ferns\nFerns spread by spores."}
+    for name, text in texts.items():
+        client.put_object(Bucket=s3_bucket.bucket, Key=f"{corpus}/{name}", Body=text.encode())
+    files = run_ingest([s3_bucket.uri(corpus)], cfg, storage)
+    assert files["files"]["new"] == 2 and files["changes"]["live_after"] == 5
+    client.delete_object(Bucket=s3_bucket.bucket, Key=f"{corpus}/a.txt")
+    synced = run_ingest([s3_bucket.uri(corpus)], cfg, storage, sync=True)
+    assert synced["files"] == {"new": 0, "changed": 0, "unchanged": 1, "deleted": 1, "readmitted": 0}
+    assert synced["changes"]["removed"] == 1 and synced["changes"]["live_after"] == 4
+    assert "a.txt" not in {h.source.rsplit("/", 1)[1] for h in Searcher(Index.load(storage), cfg.search).search(
+        "lichens fungi", k=10)}

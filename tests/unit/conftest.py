@@ -3,14 +3,10 @@ needs a cluster is moved to tests/integration instead of slowing every quick loo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import ray
 import ray._private.worker
 import ray.cluster_utils
-
-from tests.s3server import S3Server, s3_environ, s3_server
 
 
 @pytest.fixture(autouse=True)
@@ -22,12 +18,3 @@ def _no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     for owner in (ray, ray._private.worker):
         monkeypatch.setattr(owner, "init", refuse)
     monkeypatch.setattr(ray.cluster_utils.Cluster, "__init__", refuse)
-
-
-@pytest.fixture(scope="session")
-def s3_bucket() -> Iterator[S3Server]:
-    """moto's S3 server on loopback with one bucket, started once per session on first use; while it runs its
-    AWS_* environment is in os.environ, so `Storage("s3://...")` and pyarrow reach it (tests/s3server.py). Tests
-    share the bucket: each writes under its own prefix (`s3_bucket.fresh_uri()`)."""
-    with s3_server() as s3, s3_environ(s3):
-        yield s3
