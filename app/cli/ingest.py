@@ -10,6 +10,7 @@ import typer
 
 from app.cli.context import Context, connect
 from app.cli.render import err, fail, out, print_delete_report, print_ingest_report, print_json
+from app.errors import UserError
 
 if TYPE_CHECKING:
     from app.services.runs import IngestRunStatus
@@ -107,6 +108,8 @@ def delete(
 
     c: Context = ctx.obj
     ids, prefixes = list(doc_ids or []), list(source or [])
+    if not ids and not prefixes:
+        raise UserError("name the documents to delete: document ids, or --source with a path, directory or glob")
     if in_process:
         report = run_delete(ids, prefixes, c.cfg, c.storage, build_index=index).to_dict()
     else:

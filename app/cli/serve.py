@@ -184,12 +184,15 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     out.print(f"storage: {c.storage.uri}")
     out.print(f"this machine: {hardware.detect().summary()}; auto chooses: embedder {chosen.embedder}, reranker "
               f"{chosen.reranker}, generator {chosen.generator}")
-    t = Table("run", "state", "submitted", "dataset", "index", "documents kept", title="ingest runs")
+    t = Table("run", "state", "submitted", "dataset", "index", "documents", title="ingest runs")
     for r in runs:
-        made = ("-", "-", "-")  # dataset, index, documents kept: a succeeded run's report says
+        made = ("-", "-", "-")  # dataset, index, what the run did to the corpus: a succeeded run's report says
         if rep := r.get("report"):
+            ch = rep.get("changes")  # runs before sync existed report only what they kept
             made = (str(rep.get("dataset_version", "-")), str(rep.get("index_version", "-")),
-                    str(rep["documents"]["kept"]))
+                    f"+{ch['added']} ~{ch['updated']} -{ch['removed']}" if ch else f"+{rep['documents']['kept']}")
+        elif gone := r.get("deleted"):
+            made = (str(gone["dataset_version"]), str(gone.get("index_version") or "-"), f"-{gone['documents']}")
         t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), *made)
     out.print(t)
     for kind, items in versions.items():

@@ -341,6 +341,8 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
         report.dataset_version = previous.version if previous else None
         report.note = "nothing new to add: no version published"
         return report
+    if changes.live_after == 0:
+        raise UserError(_EMPTY)
     meta = [f"{segment}/{DOCUMENTS_FILE}", f"{segment}/{SOURCES_FILE}"]
     storage.write_bytes(meta[0], _parquet_bytes(kept, DOCUMENTS_FILE_SCHEMA))
     storage.write_bytes(meta[1], _parquet_bytes(_source_rows(plan, snap, run_id), SOURCES_FILE_SCHEMA))
@@ -402,6 +404,8 @@ def delete_documents(storage: Storage, doc_ids: list[str], prefixes: list[str],
     if not gone:
         raise NotFound(f"no document of dataset version {previous.version} is named by: "
                        f"{', '.join([*doc_ids, *prefixes])}")
+    if len(gone) == len(live):
+        raise UserError(_EMPTY)
     segment = f"datasets/segments/{run_id}"
     removed = [{"run_id": d["run_id"], "doc_id": d["doc_id"], "source": d["source"], "reason": "removed"}
                for d in gone]
@@ -423,6 +427,8 @@ def delete_documents(storage: Storage, doc_ids: list[str], prefixes: list[str],
                         dataset_version=manifest.version)
 
 
+_EMPTY = ("this would remove every document of the corpus, and an index holds at least one: nothing was "
+          "published (to start over, use a new storage root; earlier versions stay servable)")
 DELTA_VERSION = "delta-version:"  # a Delta table's sources row holds the version synced as its "sha256"
 _DUPLICATE = ("exact_duplicate", "near_duplicate", "duplicate_id")
 

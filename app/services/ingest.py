@@ -16,7 +16,6 @@ import ray
 
 from app.catalog import Catalog, now_iso
 from app.config import AppConfig
-from app.errors import UserError
 from app.indexing import delete, run_ingest
 from app.ingest.inputs import expand
 from app.ingest.pipeline import new_run_id
@@ -63,7 +62,7 @@ class VersionSummary(TypedDict):
 
 
 def _summary(r: IngestRunRecord) -> IngestRunSummary:
-    report = r.get("report")
+    report = r.get("report") or r.get("deleted")
     return {"run_id": r.get("run_id"), "state": r.get("state"), "paths": r.get("paths"),
             "submitted_at": r.get("submitted_at"), "finished_at": r.get("finished_at"), "error": r.get("error"),
             "dataset_version": report.get("dataset_version") if report else None,
@@ -98,8 +97,6 @@ class IngestService(RunQueueService[IngestRunRecord, Any]):
     def submit_delete(self, doc_ids: list[str], prefixes: list[str], config: dict[str, object]) -> str:
         """Queue the removal of documents by id or source prefix (`app.indexing.delete`) behind the runs queued
         before it, so it never races an ingest run to publish; returns its run id."""
-        if not doc_ids and not prefixes:
-            raise UserError("name the documents to delete: document ids, or --source with a path, directory or glob")
         AppConfig.model_validate(config)
         return self._enqueue({"run_id": new_run_id(), "state": "queued", "paths": [], "config": config,
                               "delete": {"doc_ids": doc_ids, "prefixes": prefixes}, "submitted_at": now_iso()})

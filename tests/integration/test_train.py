@@ -36,7 +36,9 @@ def job(tiny_lm: str, **fields) -> TrainJobConfig:
                                       {"strategy": "deepspeed", "zero_stage": 2},
                                       {"strategy": "deepspeed", "zero_stage": 3}],
                          ids=["ddp", "fsdp", "zero2", "zero3"])
-def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_path, strategy):
+def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, s3_bucket, tiny_lm, tmp_path, strategy):
+    """ddp also skips and counts bad records, and keeps its storage root (checkpoints, the export, the model
+    version) on a real S3-protocol server."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     storage = Storage(str(tmp_path / "store"))
@@ -44,8 +46,10 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_pat
     if strategy["strategy"] == "ddp":  # with bad records, skipped and counted (on_bad_record: skip)
         data = tmp_path / "with-bad.jsonl"
         data.write_text(SAMPLE.read_text().rstrip("\n") + "\n" + "\n".join(BAD) + "\n")
-        strategy = {**strategy, "on_bad_record": "skip", "sft": {"paths": [str(data)], "max_length": 128}}
+        strategy = {**strategy, "on_bad_record": "skip", "sft": {"paths": [str(data)], "max_length": 128},
+                    "mlflow_tracking_uri": (tmp_path / "mlruns").as_uri()}
         counts = {"records": 46, "kept": 41, "dropped": BAD_COUNTS}
+        storage = Storage(s3_bucket.fresh_uri())
     record = run_training(job(tiny_lm, name="s", **strategy), storage)
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
     losses = metric_history(record, "loss")
@@ -59,7 +63,12 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, tiny_lm, tmp_pat
     manifest = Catalog(storage).get_model("sft", record["model"]["version"])
     assert manifest.run == "s" and manifest.data["counts"]["kept"] == 41 and manifest.config["strategy"] == \
         strategy["strategy"]
-    directory = storage.local_path(manifest.dir)
+    if storage.is_local:
+        directory = storage.local_path(manifest.dir)
+    else:
+        assert storage.uri.removeprefix("s3://") in record["checkpoint"]  # Ray Train's path on its filesystem
+        assert any("/step-" in f for f in storage.list_files("train"))
+        directory = storage.download_dir(manifest.dir, tmp_path / "export")
     model = AutoModelForCausalLM.from_pretrained(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is an identifier?"}],

@@ -147,3 +147,14 @@ def test_cluster_commands_bad_input(monkeypatch, capsys, tmp_path):
         code, err = cli(monkeypatch, capsys, "--storage", store, "--address", nobody, *args)
         assert code == 3 and f"no Ray dashboard answers at {nobody}" in err and "Traceback" not in err, err
     assert cli(monkeypatch, capsys, "--storage", store, "--address", nobody, "submit", "ingest")[0] == 2  # usage
+
+
+def test_delete_bad_input(monkeypatch, capsys, tmp_path):
+    """`ragline delete` naming nothing, or naming what the corpus does not hold, or in a store with no corpus:
+    exit 2 and one line, nothing written (in process: this tier fails a test that starts Ray)."""
+    store = str(tmp_path / "s")
+    code, err = cli(monkeypatch, capsys, "--storage", store, "delete")
+    assert code == 2 and "name the documents to delete" in err and "Traceback" not in err
+    code, err = cli(monkeypatch, capsys, "--storage", store, "delete", "doc1", "--in-process")
+    assert code == 2 and "no dataset version is published yet" in err and "Traceback" not in err
+    assert not (tmp_path / "s" / "datasets").exists()

@@ -7,7 +7,7 @@ import hashlib
 import os
 
 from app.ingest.inputs import expand
-from app.ingest.sync import Plan, changes, file_of, plan, readmit, under
+from app.ingest.sync import Plan, changes, file_of, plan, plan_delta, readmit, under
 
 
 def _record(path, **kw):
@@ -77,3 +77,24 @@ def test_sources_and_roots():
     assert file_of("/d/mail.eml#attachment/report.pdf") == "/d/mail.eml" and file_of("/d/a.txt") == "/d/a.txt"
     assert under("/d/x/a.txt", ["/d/x"]) and not under("/d/xy/a.txt", ["/d/x"])
     assert under("/d/x/a.md", ["/d/*/*.md"]) and under("s3://b/p/a.txt", ["s3://b/p/"])
+
+
+def test_a_delta_table_is_read_by_its_log_never_file_by_file(tmp_path):
+    import pyarrow as pa
+    import pytest
+    from deltalake import write_deltalake
+
+    from app.errors import UserError
+
+    table = tmp_path / "data" / "articles"
+    write_deltalake(str(table), pa.table({"id": [1], "text": ["Sea otters use stones as tools."]}))
+    (tmp_path / "data" / "notes.txt").write_text("a note")
+    inputs = expand([str(table)])
+    assert (inputs.delta, inputs.files) == (str(table), [])
+    walked = expand([str(tmp_path / "data")])  # met in a walk: skipped, its data files unread
+    assert walked.files == [str(tmp_path / "data" / "notes.txt")]
+    assert walked.skipped == [{"source": str(table), "type": "a Delta table (ingest it by its own path)"}]
+    with pytest.raises(UserError, match="is a Delta table: ingest it on its own"):
+        expand([str(table), str(tmp_path / "data" / "notes.txt")])
+    p = plan_delta(str(table), ["1"], ["2"], whole=False, live=[_doc(table, "1"), _doc(table, "2")])
+    assert p.replaces(_doc(table, "2")) and not p.replaces(_doc(table, "3")) and p.files.changed == 1
