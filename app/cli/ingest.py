@@ -53,11 +53,13 @@ def ingest(
 
     Reads PDF (OCR for scanned pages), DOCX, PPTX, XLSX, CSV, EML and MSG (attachments too), images (OCR), JSONL,
     Parquet, text, Markdown and HTML, each file's type known by its content. A file that cannot be read is
-    quarantined with its reason; an unsupported one is reported as skipped, with its type.
+    quarantined with its reason; an unsupported one is reported as skipped, with its type. A directory holding
+    _delta_log is a Delta Lake table: its rows are the documents (ingest.delta names the columns).
 
     Run it again on the same paths to bring the corpus up to date: unchanged files are not read, a changed file's
     documents replace its old ones (a file that no longer parses keeps them), and with --sync deleted files take
-    their documents with them, in a new dataset and index version."""
+    their documents with them, in a new dataset and index version. A Delta table is read from the table version it
+    was last synced at: only its inserted, updated and deleted rows."""
     import ray
 
     from app.indexing import run_ingest

@@ -328,6 +328,8 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     unreadable = {q["source"] for q in snap["quarantined"]}
     removals, changes = sync.changes(plan, live, kept, unreadable)
     report = _report(run_id, inputs, snap, storage, chunk_files, time.time() - t0, plan.files, changes)
+    if changes_in is not None and changes_in.note:
+        report.note = changes_in.note  # why the table was read whole (its older version is gone)
     assert reconcile(snap) and changes.reconciled, \
         f"ingest counts do not reconcile: {report.documents.model_dump()} {changes.model_dump()}"
     if too_many_unreadable(snap["files"]["unreadable"], len(plan.read), cfg.ingest.read.max_error_fraction):
@@ -447,9 +449,7 @@ def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str) -> list[di
         rows.append({"source": source, "size": size, "mtime_ns": mtime, "sha256": hashes.get(source, ""),
                      "status": "unreadable" if source in unreadable else "read",
                      "duplicate_of": sorted(dup_of.get(source, ())), "run_id": run_id})
-    for source, (size, mtime) in sorted(plan.touched.items()):
-        rows.append({"source": source, "size": size, "mtime_ns": mtime, "sha256": "", "status": "read",
-                     "duplicate_of": [], "run_id": run_id})
+    rows += [{**rec, "run_id": run_id} for _, rec in sorted(plan.touched.items())]
     rows += [{"source": s, "size": 0, "mtime_ns": 0, "sha256": "", "status": "deleted", "duplicate_of": [],
               "run_id": run_id} for s in sorted(plan.deleted)]
     return rows
@@ -470,8 +470,8 @@ def _reusable(storage: Storage, previous: Manifest | None, live: list[dict[str, 
         return {}
     out = {}
     for t in chunks_of(storage, previous, docs, ["title", "text", "embedding"]):
-        vectors = t.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(
-            t.num_rows, -1)
+        dim = t.schema.field("embedding").type.list_size
+        vectors = t.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
         for title, text, v in zip(t.column("title").to_pylist(), t.column("text").to_pylist(), vectors, strict=True):
             out[stages.reuse_key(embedder.embed_text(title, text, include_title))] = v
     return out

@@ -82,7 +82,7 @@ class Plan:
     stat: dict[str, tuple[int, int]]  # source -> (size, mtime ns) of each file to read
     replacing: set[str]  # known sources among `read`: their documents give way to the new parse
     deleted: set[str]  # known sources gone from a synced root
-    touched: dict[str, tuple[int, int]]  # known, same hash, new mtime: source -> (size, mtime ns), to remember
+    touched: dict[str, dict[str, object]]  # known, same bytes, new mtime: source -> its record, with that mtime
     files: FileCounts = field(default_factory=FileCounts)
     # sources replaced row by row (a Delta table's changes): source -> ids of the documents the run replaces or
     # deletes; a source in `replacing` but not here is replaced whole
@@ -106,7 +106,7 @@ def plan(inputs: Inputs, live: Sequence[Mapping[str, object]], records: Mapping[
     files = FileCounts()
     read: dict[str, str] = {}  # source -> path
     stat: dict[str, tuple[int, int]] = {}
-    touched: dict[str, tuple[int, int]] = {}
+    touched: dict[str, dict[str, object]] = {}
     for source, info in infos.items():
         size, mtime = int(info.size or 0), int(info.mtime_ns or 0)
         rec = records.get(source)
@@ -115,7 +115,7 @@ def plan(inputs: Inputs, live: Sequence[Mapping[str, object]], records: Mapping[
             continue
         if rec is not None and rec["size"] == size and rec["sha256"] == file_sha256(fs, info.path):
             files.unchanged += 1
-            touched[source] = (size, mtime)
+            touched[source] = {**rec, "mtime_ns": mtime}
             continue
         read[source], stat[source] = info.path, (size, mtime)
         if source in known:

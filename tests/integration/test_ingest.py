@@ -113,8 +113,11 @@ def sync_edits_deletions_and_deletes(storage, cfg, path, old_index):
     (path / "cafe.txt").write_text("Cafe creme brulee is now served warm in Lyon.")  # derived id: matched by place
     (path / "page.html").unlink()
     (path / "new.txt").write_text("Okapis are shy forest giraffids of the Ituri rainforest.")
+    rows = (path / "rows.parquet").read_bytes()
+    (path / "rows.parquet").write_bytes(b"PAR1 damaged")  # no longer parses: its documents stay as they were
     report = run_ingest([str(path)], cfg, storage, sync=True)
-    assert report["files"] == {"new": 1, "changed": 2, "unchanged": 4, "deleted": 1, "readmitted": 0}
+    assert report["files"] == {"new": 1, "changed": 3, "unchanged": 3, "deleted": 1, "readmitted": 0}
+    assert [q["source"] for q in report["quarantined"]] == [str(path / "rows.parquet")]
     assert report["changes"]["added"] == 1 and report["changes"]["updated"] == 2
     assert report["changes"]["removed"] == 1 and report["changes"]["unchanged"] == before - 1
     assert report["reconciled"] and report["embeddings_reused"] >= 2 * (before - 1)  # two chunks a topic
@@ -125,6 +128,7 @@ def sync_edits_deletions_and_deletes(storage, cfg, path, old_index):
     assert searcher.search("snakes", k=5, sources=["*.html"]) == []  # the deleted page is gone
     assert searcher.search("What do narwhals sense with their tusks?", k=1)[0].doc_id == "doc5"
     assert "Lyon" in searcher.search("where is creme brulee served warm?", k=1)[0].text
+    assert searcher.search("columnar storage on disk", k=1)[0].doc_id == "pq1"  # kept from the damaged file
     assert sorted(searcher.index.chunks.column("chunk_id")) == chunk_ids(storage, v.version)  # nothing stale
     assert Searcher(Index.load(storage, old_index), cfg.search).search("snakes", k=5, sources=["*.html"])
 
@@ -135,6 +139,7 @@ def sync_edits_deletions_and_deletes(storage, cfg, path, old_index):
     assert {"doc7", "pq1", "pq2"}.isdisjoint(searcher.index.chunks.column("doc_id"))
     with pytest.raises(NotFound, match="no document of dataset version"):
         delete(["doc7"], [], cfg, storage)
+    (path / "rows.parquet").write_bytes(rows)  # mended
     back = run_ingest([str(path)], cfg, storage)  # the forgotten file is read again; doc7's file is unchanged
     assert back["files"]["new"] == 1 and back["changes"]["added"] == 2
 

@@ -226,8 +226,13 @@ def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served)
 
 
 def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served):
-    """Leaves index version 2 served (the corpus and okapi.txt)."""
+    """A sync of the served corpus after okapi.txt was added and page.html deleted. Leaves index version 2 served
+    (the corpus less page.html, and okapi.txt); the deleted page's passages are gone from search and
+    /v1/chunks the moment the new version is served."""
     url, stop = served.url, threading.Event()
+    page = httpx.post(f"{url}/v1/retrieve", json={"query": "pythons constricting snakes", "top_k": 1,
+                                                  "sources": ["*.html"]}, headers=served.auth).json()["hits"][0]
+    assert httpx.get(f"{url}/v1/chunks/{page['chunk_id']}", headers=served.auth).status_code == 200
     seen: list[int] = []
     failures: list[str] = []
 
@@ -243,11 +248,11 @@ def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served)
     thread = threading.Thread(target=traffic)
     thread.start()
     try:
-        new = served.tmp / "new"
-        new.mkdir()
-        (new / "okapi.txt").write_text(OKAPI)
-        report = run_ingest([str(new)], served.cfg, served.storage)
-        assert report["index_version"] == 2
+        corpus = served.tmp / "corpus"
+        (corpus / "okapi.txt").write_text(OKAPI)
+        (corpus / "page.html").unlink()
+        report = run_ingest([str(corpus)], served.cfg, served.storage, sync=True)
+        assert report["index_version"] == 2 and report["files"]["new"] == report["files"]["deleted"] == 1
         deadline = time.time() + 120
         while (not seen or seen[-1] != 2) and time.time() < deadline:
             time.sleep(0.5)
@@ -260,6 +265,9 @@ def test_new_index_version_swaps_in_under_traffic_with_no_failed_request(served)
     hits = httpx.post(f"{url}/v1/retrieve", json={"query": "okapi Ituri rainforest", "top_k": 1},
                       headers=served.auth).json()["hits"]
     assert hits[0]["source"].endswith("okapi.txt")
+    assert httpx.get(f"{url}/v1/chunks/{page['chunk_id']}", headers=served.auth).status_code == 404
+    assert httpx.post(f"{url}/v1/retrieve", json={"query": "pythons constricting snakes", "top_k": 5,
+                                                  "sources": ["*.html"]}, headers=served.auth).json()["hits"] == []
 
 
 def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):

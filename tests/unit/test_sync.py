@@ -42,7 +42,7 @@ def test_a_sync_reads_new_and_changed_files_deletes_gone_ones_and_readmits_dupli
     assert sorted(p.read) == sorted(str(x) for x in (edited, root / "new.txt"))
     assert p.replacing == {str(edited)}  # the new file replaces nothing
     assert p.deleted == {str(root / "gone.txt"), f"{root}/mail.eml"}  # the other root's file is not touched
-    assert set(p.touched) == {str(touched)}
+    assert set(p.touched) == {str(touched)} and p.touched[str(touched)]["mtime_ns"] == os.stat(touched).st_mtime_ns
     assert p.files.model_dump() == {"new": 1, "changed": 1, "unchanged": 3, "deleted": 2, "readmitted": 0}
     # once the first wave ran: dup.txt's documents duplicated the deleted gone-doc, so it is read again
     assert readmit(p, inputs, live, records, kept=[], unreadable=set()) == {str(dup): str(dup)}
