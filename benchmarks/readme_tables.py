@@ -320,6 +320,7 @@ def sync_table(r: dict[str, Any], source: str) -> str:
     lines.append(f"| {r['sync_s']:.1f} | {r['full_s']:.1f} | {r['ratio']:.3f} ({1 / r['ratio']:.1f}x faster) | "
                  f"{emb - reused:,.0f} of {statistics.median(x['full_chunks'] for x in r['runs']):,.0f} | "
                  f"{reused:,.0f} |")
+    lines += ["", "Goal: a sync that touches 1% of the documents costs ≤ 0.10 of the full rebuild."]
     return "\n".join(lines)
 
 
