@@ -109,26 +109,32 @@ class Encoder:
 
     def __init__(self, spec: str, precision: Precision, device: str = "cpu", runtime: Runtime = "torch",
                  threads: int | None = None):
-        import torch
-
         if runtime == "openvino" and (device != "cpu" or not openvino_embedder.supported(resolve(spec))):
             raise UserError(f"the openvino runtime runs mean-pooled sentence-transformers models on CPU; {spec} on "
                             f"{device} needs ingest.embed.runtime: torch")
-        self.model = load(spec, device)
         self.precision, self.device, self.runtime = precision, device, runtime
+        self.model: SentenceTransformer | None = None
+        self.openvino = None
+        if runtime == "openvino":  # PyTorch is loaded only to convert the model the first time
+            if threads is None:
+                import torch
+
+                threads = torch.get_num_threads()
+            self.openvino = openvino_embedder.OpenVinoEmbedder(resolve(spec), revision(spec), precision, threads,
+                                                               lambda: load(spec, device))
+            self.dim: int = self.openvino.dim
+            return
+        self.model = load(spec, device)
         dim = self.model.get_embedding_dimension()
         assert dim is not None, "the embedding model does not report its dimension"
-        self.dim: int = dim
-        self.openvino = None
-        if runtime == "openvino":
-            self.openvino = openvino_embedder.OpenVinoEmbedder(self.model, revision(spec), precision,
-                                                               threads or torch.get_num_threads(), dim)
+        self.dim = dim
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        import torch
-
         if self.openvino is not None:
             return self.openvino.encode(texts, batch_size)
+        import torch
+
+        assert self.model is not None
         with torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16, enabled=self.precision == "bf16"):
             vecs = self.model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                                      show_progress_bar=False)
