@@ -276,10 +276,10 @@ def test_a_worker_node_killed_mid_ingest_is_survived_in_run(cluster, tmp_path):
     assert first["chunks"] == first["embeddings"]  # and the report asserts both equal the rows written
     assert_complete(storage, doc_ids)  # 0 lost, 0 duplicated
 
-    # The re-run finds every document published: all are exact duplicates, and nothing new is published.
+    # The re-run finds the file as it was published (size, mtime): nothing is read, nothing new is published.
     again = ingest_json(cluster.ragline(store, *args))
-    docs = again["documents"]
-    assert again["reconciled"] and docs["kept"] == 0 and docs["dropped"]["exact_duplicate"] == n + 1
+    assert again["reconciled"] and again["documents"]["read"] == 0 and again["files"]["unchanged"] == 1
+    assert again["note"] == "nothing new to add: no version published"
     assert_complete(storage, doc_ids)
     found = cluster.ragline(store, "search", "When do zebras cross the Mara river?", "-k", "3", "--json")
     assert found.returncode == 0, found.stderr[-3000:]
