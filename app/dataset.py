@@ -35,8 +35,9 @@ DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string
                                    ("content_hash", pa.string()), ("n_chars", pa.int64()),
                                    ("minhash", pa.list_(pa.uint64())), ("run_id", pa.string()), ("key", pa.string())])
 # A source file as a run last saw it. `status`: read | unreadable (quarantined: its earlier documents were kept) |
-# deleted (gone from a synced tree). `duplicate_of`: ids of the documents its own were dropped as duplicates of,
-# so that removing those re-reads it. `mtime_ns` 0 where the filesystem gives none.
+# deleted (gone from a synced tree, or forgotten by `ragline delete --source`). `duplicate_of`: ids of the
+# documents its own were dropped as duplicates of, so that removing those re-reads it. `mtime_ns` 0 where the
+# filesystem gives none.
 SOURCES_FILE_SCHEMA = pa.schema([("source", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
                                  ("sha256", pa.string()), ("status", pa.string()),
                                  ("duplicate_of", pa.list_(pa.string())), ("run_id", pa.string())])
@@ -105,16 +106,16 @@ def source_records(storage: Storage, dataset: Manifest | None) -> dict[str, dict
     return {s: r for s, r in latest.items() if r["status"] != "deleted"}
 
 
-def load_chunks(storage: Storage, dataset: Manifest, columns: list[str] | None = None) -> pa.Table:
-    """The chunk rows of a dataset version (with embeddings; or only `columns`), sorted by chunk id: every run's
-    chunks but those of documents a later run removed."""
+def load_chunks(storage: Storage, dataset: Manifest) -> pa.Table:
+    """The chunk rows of a dataset version (with embeddings), sorted by chunk id: every run's chunks but those of
+    documents a later run removed."""
     removed: dict[str, list[str]] = {}  # run id -> ids of its documents removed since
     for run, doc_id in removed_documents(storage, dataset):
         removed.setdefault(run, []).append(doc_id)
     tables = []
     for rel in chunk_files_of(dataset):
         with storage.fs.open_input_file(storage.path(rel)) as fh:
-            table = _chunk_file(fh, columns)
+            table = _chunk_file(fh)
         if gone := removed.get(run_of(rel)):
             table = table.filter(pc.invert(pc.is_in(table.column("doc_id"), pa.array(gone, pa.string()))))
         tables.append(table)
@@ -122,11 +123,9 @@ def load_chunks(storage: Storage, dataset: Manifest, columns: list[str] | None =
     return table.take(pc.sort_indices(table, sort_keys=[("chunk_id", "ascending")]))
 
 
-def _chunk_file(f: pa.NativeFile, columns: list[str] | None = None) -> pa.Table:
-    """One chunk file's columns (all, or `columns`, which must hold doc_id and chunk_id). Files written before
-    documents had structure lack the location columns: those come empty (no pages, no section)."""
-    if columns is not None:
-        return pq.read_table(f, columns=columns)
+def _chunk_file(f: pa.NativeFile) -> pa.Table:
+    """One chunk file's columns. Files written before documents had structure lack the location columns: those
+    come empty (no pages, no section)."""
     table = pq.read_table(f)
     for name in ("pages", "section", "location", "original"):
         if name not in table.column_names:
