@@ -196,6 +196,9 @@ class IngestConfig(ConfigBase):
         "so the embedding actors keep the cores."
     )
     rows_per_file: int = Field(default=50_000, ge=1, description="Most chunk rows in one parquet shard.")
+    metadata: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Fields added to the "
+        "metadata of every document a run reads (e.g. --set ingest.metadata.department=hr), for search filters; "
+        "a document's own field of the same name (a record's, a PDF's author) wins.")
 
 
 class IndexConfig(ConfigBase):
@@ -237,11 +240,15 @@ class RetrieverConfig(ConfigBase):
     """The Retriever deployment: which index version it serves and how it batches query embeddings."""
 
     index_version: int | None = Field(
-        default=None, ge=1, description="Serve this index version only. None: the latest, hot-swapped when a newer "
-        "one is published."
+        default=None, ge=1, description="Serve this index version of the default collection only. None: the "
+        "latest, hot-swapped when a newer one is published (other collections always follow their latest)."
     )
     max_batch_size: int = Field(default=32, ge=1, description="Most questions embedded together: the questions "
         "of concurrent requests that wait while the embedder is busy form its next batch.")
+    memory_budget_mb: int = Field(default=4096, ge=1, description="Most memory (MiB) one replica spends on loaded "
+        "collections' indexes (vectors, BM25, chunk table). A collection is loaded on its first request; past the "
+        "budget the least recently used are unloaded (the one just asked for always stays). /readyz reports what "
+        "is loaded.")
     batch_wait_timeout_s: float = Field(
         default=0.0, ge=0, description="Longest wait (seconds) for a batch to fill before embedding what has "
         "arrived; every lone question waits this long. 0: embed at once (under load the questions that arrive "

@@ -7,6 +7,7 @@ internal error: exit 1, HTTP 500, never blamed on the caller.
     RaglineError          1  500 internal_error   a run failed (its message says what to do)
     ├── UserError         2  422 invalid_request  the caller's input, config or flag is wrong
     │   ├── NotFound      2  404 not_found        a named version, model, file or route does not exist
+    │   ├── Forbidden     2  403 forbidden        the API key may not do this (an admin route)
     │   └── Conflict      2  409 conflict         the request contradicts the state (already promoted, running…)
     └── Unavailable       3  503 unavailable      not now: retry later (nothing published, a replica restarting)
         ├── NotReady      3  503 not_ready        nothing to serve yet (no index version published)
@@ -36,6 +37,11 @@ class UserError(RaglineError, ValueError):
 class NotFound(UserError):
     status = 404
     kind = "not_found"
+
+
+class Forbidden(UserError):
+    status = 403
+    kind = "forbidden"
 
 
 class Conflict(UserError):

@@ -48,6 +48,8 @@ from app.rag.protocol import (  # noqa: E402
     Piece,
     Ranking,
     Retrieved,
+    Search,
+    Source,
 )
 from app.raycluster import init_local  # noqa: E402
 from app.storage import Storage  # noqa: E402
@@ -104,9 +106,9 @@ class LocalBackends:
         self.rerank_cfg = cfg.serve.reranker
         self.rerank_precision = hardware.choose_precision(self.rerank_cfg.precision, "cpu")
 
-    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
-        hits = await asyncio.to_thread(self.searcher.search, query, None, k)
-        return Retrieved(index_version=self.index.version, mode=mode or "hybrid",
+    async def retrieve(self, search: Search) -> Retrieved:
+        hits = await asyncio.to_thread(self.searcher.search, search.query, None, search.k)
+        return Retrieved(collection=search.collection, index_version=self.index.version, mode=search.mode or "hybrid",
                          embedder=self.index.manifest.embedder.name, hits=hits,
                          timings_ms={})
 
@@ -124,7 +126,10 @@ class LocalBackends:
     def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
         return self.generator.stream(question, passages, generation)
 
-    async def embed(self, texts: list[str]) -> Embedded:
+    async def embed(self, texts: list[str], collection: str) -> Embedded:
+        raise NotImplementedError("not measured")
+
+    async def source(self, chunk_id: str, collection: str) -> Source:
         raise NotImplementedError("not measured")
 
     async def ready(self) -> dict[str, dict[str, Any]]:
@@ -139,14 +144,14 @@ class InProcess:
         self.generation = Generation(max_tokens=MAX_TOKENS)
 
     async def retrieve(self, q: str, k: int = 5) -> Retrieved:
-        return await self.flow.retrieve(q, None, k, None, {})
+        return await self.flow.retrieve(Search(q, k=k), {})
 
     async def rerank(self, q: str) -> Any:
         return await self.flow.rank(q, [("", d) for d in self.docs], PASSAGES)
 
     async def query(self, q: str) -> Any:
         timings: dict[str, float] = {}
-        context = await self.flow.context(q, 5, None, None, timings)
+        context = await self.flow.context(Search(q, k=5), timings)
         return await self.flow.answer(q, context, self.generation, timings)
 
 

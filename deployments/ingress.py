@@ -15,6 +15,7 @@ from ray.serve.handle import DeploymentHandle
 from app import apikeys
 from app.catalog import Catalog
 from app.config import ApiConfig
+from app.errors import RaglineError
 from app.models import embedder
 from app.rag.flow import RagFlow
 from app.rag.protocol import (
@@ -31,6 +32,7 @@ from app.rag.protocol import (
 )
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
+from deployments.api.access import Access
 from deployments.batching import Batcher
 from deployments.guard import Guard
 from deployments.readiness import Unanswered
@@ -55,11 +57,14 @@ class HandleBackends:
         # per request in all). Two calls in flight: one computing while the next crosses, or two Retriever replicas.
         self._retrieve = Batcher(self._retrieve_many, retrieve_batch, max_concurrent=RETRIEVE_CALLS)
 
-    async def _retrieve_many(self, searches: list[Search]) -> list[Retrieved]:
+    async def _retrieve_many(self, searches: list[Search]) -> list[Retrieved | RaglineError]:
         return await self.retriever.retrieve_many.remote(searches)
 
-    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved:
-        return await self._retrieve(Search(query, mode, k, sources))
+    async def retrieve(self, search: Search) -> Retrieved:
+        found = await self._retrieve(search)
+        if isinstance(found, RaglineError):  # this request's own failure, sent back beside the others' results
+            raise found
+        return found
 
     async def rerank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking:
         return await self.reranker.rerank.remote(query, documents, top_n, retrieved)
@@ -79,11 +84,11 @@ class HandleBackends:
             if not finished:
                 pieces.cancel()
 
-    async def embed(self, texts: list[str]) -> Embedded:
-        return await self.retriever.embed.remote(texts)
+    async def embed(self, texts: list[str], collection: str) -> Embedded:
+        return await self.retriever.embed.remote(texts, collection)
 
-    async def source(self, chunk_id: str) -> Source:
-        return await self.retriever.source.remote(chunk_id)
+    async def source(self, chunk_id: str, collection: str) -> Source:
+        return await self.retriever.source.remote(chunk_id, collection)
 
     async def ready(self) -> dict[str, StageReady]:
         async def part(handle: DeploymentHandle) -> StageReady:
@@ -150,8 +155,11 @@ class Ingress:
         self.embedder = IndexEmbedder(root, args.index_version, args.embedder, args.poll_interval_s)
         flow = RagFlow(HandleBackends(retriever, reranker, generator, args.retrieve_batch),
                        candidates=args.candidates, observe=stage_latency())
+        self.access = Access(root)
         self.api = build_api(flow, args.api, keys, generator=args.generator, max_new_tokens=args.max_new_tokens,
-                             embedder=self.embedder, storage=root)
+                             embedder=self.embedder, storage=root, access=self.access)
+        self.watcher = Watcher("the collections", self.access.refresh, args.poll_interval_s,
+                               lambda: sorted(self.access.known))
 
     def __serve_build_asgi_app__(self) -> Guard:
         return self.api
@@ -159,3 +167,5 @@ class Ingress:
     def __del__(self) -> None:
         if hasattr(self, "embedder"):
             self.embedder.watcher.stop()
+        if hasattr(self, "watcher"):
+            self.watcher.stop()

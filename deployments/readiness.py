@@ -4,16 +4,28 @@ leaves unset fields out (`exclude_unset`), so a not-ready retriever says only `r
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from app.rag.protocol import StageReady
+
+
+class LoadedCollection(BaseModel):
+    index_version: int
+    chunks: int
+    mib: float  # what its index holds in memory (MiB)
 
 
 class RetrieverReady(StageReady):
     reason: str | None = None  # not ready: why
+    collection: str | None = None  # ready: the collection the next fields describe (the default, if loaded)
     index_version: int | None = None  # ready: the index version served, the dataset version it was built from, …
     dataset_version: int | None = None
     embedder: str | None = None
     chunks: int | None = None
     computes: str | None = None  # the embedder's runtime and precision, on what hardware
+    # the collections loaded now, by name (/readyz shows a caller only those its key may read), and their budget
+    collections: dict[str, LoadedCollection] | None = None
+    memory_budget_mib: int | None = None
 
 
 class RerankerReady(StageReady):

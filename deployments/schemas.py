@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from app.index.filters import FILTER_DOC, parse_filter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from app import collections
 
 MIN_TEMPERATURE = 0.01  # below it (but above 0, which is greedy) logits / temperature overflow to inf
 
@@ -46,11 +49,25 @@ def _not_blank(v: str) -> str:
 Mode = Literal["dense", "lexical", "hybrid"]
 
 
+def _filter_syntax(v: dict[str, object] | None) -> dict[str, object] | None:
+    if v is not None:
+        parse_filter(v)  # its UserError (a ValueError) names the part: a 422 for field `filter`
+    return v
+
+
+MetadataFilter = Annotated[dict[str, object] | None, Field(default=None, description=FILTER_DOC),
+                           AfterValidator(_filter_syntax)]
+CollectionName = Annotated[str, Field(default=collections.DEFAULT, max_length=64, description="The collection to "
+                                      "search (one the API key may read; see GET /v1/collections).")]
+
+
 class RetrieveRequest(_Body):
     query: Text = Field(description="The search text.")
     top_k: int = Field(default=10, ge=1, description="Chunks returned (at most api.max_top_k).")
     mode: Mode | None = Field(default=None, description="dense, lexical or hybrid. None: the configured mode.")
     sources: list[Text] | None = Field(default=None, description="Only chunks whose source matches a glob.")
+    collection: CollectionName
+    filter: MetadataFilter
 
     _query = field_validator("query")(_not_blank)
 
@@ -60,6 +77,8 @@ class QueryRequest(_Body):
     top_k: int = Field(default=5, ge=1, description="Passages retrieved (and reranked) as context candidates.")
     mode: Mode | None = None
     sources: list[Text] | None = None
+    collection: CollectionName
+    filter: MetadataFilter
     stream: bool = Field(default=False, description="Server-sent events: tokens, then citations, then done.")
     max_tokens: int | None = Field(default=None, ge=1, description="Answer length cap (tokens).")
     temperature: Temperature = None
@@ -77,7 +96,8 @@ class RerankRequest(_Body):
 
 class EmbeddingsRequest(_Body):
     input: Text | list[Text] = Field(description="Text or texts to embed (OpenAI `input`).")
-    model: Text | None = None
+    model: Text | None = Field(default=None, description="`ragline/<collection>`: that collection's embedder; the "
+                               "default collection's embedder's name, or none: the default's.")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, description="Only the model's own dimension is accepted.")
     user: Text | None = None
@@ -114,7 +134,8 @@ class StreamOptions(_Body):
 
 
 class ChatCompletionRequest(_Body):
-    model: Text | None = None
+    model: Text | None = Field(default=None, description="`ragline/<collection>` answers from that collection; "
+                               "`ragline`, the generator's name or none: from the default collection.")
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -127,10 +148,11 @@ class ChatCompletionRequest(_Body):
     seed: int | None = Field(default=None, ge=0, lt=2**63, description="Accepted for compatibility; answers are "
                              "sampled as the generator is configured.")
     user: Text | None = None
-    # Ragline's own retrieval knobs (OpenAI clients pass them with extra_body)
+    # Ragline's own retrieval knobs (OpenAI clients pass them with extra_body); the collection is the model's name
     top_k: int = Field(default=5, ge=1)
     mode: Mode | None = None
     sources: list[Text] | None = None
+    filter: MetadataFilter
 
     @field_validator("messages")
     @classmethod

@@ -23,6 +23,7 @@ from tests.helpers import (
     lighthouses_pdf,
     train_sft,
     write_corpus,
+    write_hr_corpus,
 )
 from tests.s3server import S3Server, s3_environ, s3_server
 
@@ -144,11 +145,12 @@ def tiny_lm_vllm(tmp_path_factory) -> str:
 def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     """The Serve graph with the packaged models and vLLM on the session's Ray, deployed once for the browser and
     serve tests (which `run_order` runs last, the browser's first), over a store with: the fixture corpus and a
-    two-page PDF ingested through the IngestService (index version 1; Operate lists the run) and one SFT version of
+    two-page PDF ingested through the IngestService (index version 1; Operate lists the run), the `hr` collection
+    (tests/helpers.py `write_hr_corpus`, its own index version 1) and one SFT version of
     the tiny Llama (`sft` v1, unpromoted; Operate plots its run). Tests may add to it (an index version, a promoted
     model) and say so in their docstrings; the last serve tests change what is served (a promoted generator, a
     killed engine)."""
-    from app import apikeys, serving
+    from app import apikeys, collections, serving
     from app.config import load_config
     from app.services.ingest import get_or_start as ingest_service
     from app.storage import Storage
@@ -158,12 +160,18 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     write_corpus(tmp / "corpus")
     (tmp / "corpus" / "lighthouses.pdf").write_bytes(lighthouses_pdf())  # a PDF whose pages the console shows
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
-    service = ingest_service(storage)  # as `ragline ingest` does
-    run_id = ray.get(service.submit.remote([str(tmp / "corpus")], cfg.model_dump()))
-    while (run := ray.get(service.status.remote(run_id)))["state"] in ("queued", "running"):
-        time.sleep(0.5)
-    assert run["state"] == "succeeded", run
-    ray.kill(service)
+    write_hr_corpus(tmp / "hr")
+    # as `ragline ingest` and `ragline ingest --collection hr` do: a service (and a queue) per collection, the two
+    # runs at once
+    services = [ingest_service(storage), ingest_service(collections.storage_of(storage, "hr"))]
+    runs = [ray.get(service.submit.remote([str(tmp / path)], cfg.model_dump()))
+            for service, path in zip(services, ("corpus", "hr"), strict=True)]
+    for service, run_id in zip(services, runs, strict=True):
+        while (run := ray.get(service.status.remote(run_id)))["state"] in ("queued", "running"):
+            time.sleep(0.5)
+        assert run["state"] == "succeeded", run
+        ray.kill(service)
+    run_id = runs[0]
     # trained before the graph takes its CPUs (a training worker asks for a whole one)
     sft = train_sft(storage, tiny_lm_vllm, "graph-sft")
     schema = serving.load_serve_config(None, storage, None, GRAPH_OVERRIDES,

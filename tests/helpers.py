@@ -116,6 +116,27 @@ def write_corpus(d: Path) -> dict[str, int]:
             "exact_duplicate": 1, "duplicate_id": 0, "near_duplicate": 1, "files": 7, "unreadable_files": 1}
 
 
+HR_LEAVE = ("annual leave policy: staff accrue {n} days of annual leave a year; the leave policy lets unused "
+            "annual leave carry over, and leave requests go to the people team")
+
+
+def write_hr_corpus(d: Path) -> int:
+    """The `hr` collection's corpus: records with metadata (department, year, published). Six strong matches of
+    "annual leave policy" in department hr, one weak one in legal (a filtered search must still find it: it is
+    not in the unfiltered top 6), one in finance. Returns the number of documents."""
+    d.mkdir(parents=True, exist_ok=True)
+    docs = [{"id": f"hr-{i}", "title": f"Leave policy {i}", "text": HR_LEAVE.format(n=20 + i), "department": "hr",
+             "year": 2019 + i, "published": f"{2019 + i}-03-0{i + 1}"} for i in range(6)]
+    docs.append({"id": "legal-1", "title": "Vendor contracts", "department": "legal", "year": 2018,
+                 "published": "2018-11-20", "text": "The legal team reviews vendor contracts before signature; "
+                 "questions about annual leave go elsewhere."})
+    docs.append({"id": "finance-1", "title": "Expenses", "department": "finance", "year": 2024,
+                 "published": "2024-01-15", "text": "Expense reports must be filed within thirty days of travel."})
+    with (d / "handbook.jsonl").open("w") as f:
+        f.writelines(json.dumps(doc) + "\n" for doc in docs)
+    return len(docs)
+
+
 def write_beir_slice(source: Path, dest: Path, splits: dict[str, int], corpus_size: int) -> Path:
     """A small BEIR dataset cut from a large one, for tests that must finish in minutes: the first `n` judged
     queries of each split (in qrels order), every document they judge relevant, then the corpus's documents in

@@ -3,6 +3,7 @@ by the `ragline` callback from its options), and the connection to Ray for the c
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from app import envs
+from app import collections, envs
 from app.config import AppConfig, load_config
 from app.errors import UserError
 from app.storage import Storage
@@ -25,6 +26,25 @@ class Context:
     config_file: str | None  # as given, for deployments that load the config themselves (Serve args)
     overrides: list[str]
     storage_given: bool  # named by --storage, RAGLINE_STORAGE or the config, not the ./.ragline default
+
+    def collection(self, name: str) -> Storage:
+        """The storage root of collection `name` (`app/collections.py`): the root itself for the default."""
+        return collections.storage_of(self.storage, name)
+
+
+Collection = Annotated[str, typer.Option(help="The collection: a named corpus with its own dataset and index "
+                                          "versions (`default` is the storage root's own).")]
+
+
+def json_object(text: str, flag: str) -> dict[str, object]:
+    """A flag's JSON object (a metadata filter), or a UserError naming the flag."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{flag}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{flag}: give a JSON object, not {type(value).__name__}")
+    return value
 
 
 def open_storage(root: str) -> Storage:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from app.cli.context import Context, connect
+from app.cli.context import Collection, Context, connect
 from app.cli.render import out, print_json
 from app.cli.serve import endpoint
 from app.errors import UserError
@@ -59,6 +59,7 @@ def eval_answers(
     k: Annotated[int, typer.Option("-k", min=1, help="Passages retrieved per question (top_k).")] = 5,
     max_tokens: Annotated[int | None, typer.Option(min=1, help="Cap answers below the server's own budget.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=256, help="Requests in flight.")] = 8,
+    collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Ask a question set at the serving endpoint as users do; score exact match, F1, citations, latency."""
@@ -68,7 +69,8 @@ def eval_answers(
     at = Endpoint(*endpoint(c, url, key))
     connect(c)
     report = evaluate_answers(dataset, split, at, c.storage, idk=c.cfg.serve.generator.idk_answer,
-                              limit=limit, top_k=k, max_tokens=max_tokens, concurrency=concurrency)
+                              limit=limit, top_k=k, max_tokens=max_tokens, concurrency=concurrency,
+                              collection=collection)
     if as_json:
         return print_json(report.model_dump())
     t = Table(show_header=False, title=f"{report.dataset} {report.split}: {report.questions} questions, "

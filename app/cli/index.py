@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.context import Context
+from app.cli.context import Collection, Context
 from app.cli.render import out, print_hits, print_json
 from app.errors import UserError
 
@@ -14,13 +14,14 @@ from app.errors import UserError
 def index_build(
     ctx: typer.Context,
     dataset: Annotated[int | None, typer.Option(help="Dataset version. [default: latest]")] = None,
+    collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Build an index version (FAISS + BM25) from a dataset version."""
     from app.index.build import build_index
 
     c: Context = ctx.obj
-    m = build_index(c.storage, c.cfg, dataset)
+    m = build_index(c.collection(collection), c.cfg, dataset)
     info = {"index_version": m.version, "dataset_version": m.parent, "chunks": m.counts["chunks"],
             "dense": m.extra["dense"]}
     print_json(info) if as_json else out.print(f"index version {m.version} from dataset version {m.parent}: "
@@ -34,6 +35,7 @@ def search(
     k: Annotated[int | None, typer.Option("-k", help="Results. [default: search.top_k]")] = None,
     source: Annotated[list[str] | None, typer.Option(help="Only sources matching this glob (repeatable).")] = None,
     index: Annotated[int | None, typer.Option(help="Index version. [default: latest]")] = None,
+    collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search the latest index version and print ranked chunks with their sources."""
@@ -44,7 +46,7 @@ def search(
         raise UserError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
     if k is not None and not 1 <= k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, not {k}")
-    searcher = Searcher(Index.load(c.storage, index), c.cfg.search)
+    searcher = Searcher(Index.load(c.collection(collection), index), c.cfg.search)
     hits = searcher.search(question, mode, k, source)  # type: ignore[arg-type]
     if as_json:
         print_json({"index_version": searcher.index.version, "hits": [h.model_dump() for h in hits]})

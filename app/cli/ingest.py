@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from app.cli.context import Context, connect
+from app.cli.context import Collection, Context, connect
 from app.cli.render import err, fail, out, print_delete_report, print_ingest_report, print_json
 from app.errors import UserError
 
@@ -47,6 +47,7 @@ def ingest(
     index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
     sync: Annotated[bool, typer.Option(help="Also delete the documents of files that are gone from under PATHS "
                                        "(files ingested from elsewhere are never touched).")] = False,
+    collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Ingest documents through the IngestService and print the run's report.
@@ -59,7 +60,8 @@ def ingest(
     Run it again on the same paths to bring the corpus up to date: unchanged files are not read, a changed file's
     documents replace its old ones (a file that no longer parses keeps them), and with --sync deleted files take
     their documents with them, in a new dataset and index version. A Delta table is read from the table version it
-    was last synced at: only its inserted, updated and deleted rows."""
+    was last synced at: only its inserted, updated and deleted rows. With --collection the documents go into that
+    collection (made by its first run), which has versions and a run queue of its own."""
     import ray
 
     from app.indexing import run_ingest
@@ -70,11 +72,12 @@ def ingest(
     local = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in paths]
     read = c.cfg.ingest.read
     expand(local, read.max_file_bytes, read.follow_symlinks)  # a missing path: say so before queueing
+    storage = c.collection(collection)
     connect(c)
     if in_process:
-        report = run_ingest(local, c.cfg, c.storage, build_index=index, sync=sync)
+        report = run_ingest(local, c.cfg, storage, build_index=index, sync=sync)
     else:
-        service = get_or_start(c.storage)
+        service = get_or_start(storage)
         run_id = ray.get(service.submit.remote(local, c.cfg.model_dump(), index, sync))
         if detach:
             print_json({"run_id": run_id}) if as_json else out.print(f"queued ingest run {run_id}")
@@ -96,6 +99,7 @@ def delete(
     in_process: Annotated[bool, typer.Option(help="Remove in this process instead of through the IngestService "
                                              "(for `ray job submit` entrypoints).")] = False,
     index: Annotated[bool, typer.Option(help="Build an index version from the new dataset version.")] = True,
+    collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Remove documents from the corpus by id or by source, in a new dataset and index version.
@@ -112,11 +116,12 @@ def delete(
     ids, prefixes = list(doc_ids or []), list(source or [])
     if not ids and not prefixes:
         raise UserError("name the documents to delete: document ids, or --source with a path, directory or glob")
+    storage = c.collection(collection)
     if in_process:
-        report = run_delete(ids, prefixes, c.cfg, c.storage, build_index=index).to_dict()
+        report = run_delete(ids, prefixes, c.cfg, storage, build_index=index).to_dict()
     else:
         connect(c)
-        service = get_or_start(c.storage)
+        service = get_or_start(storage)
         run_id = ray.get(service.submit_delete.remote(ids, prefixes, c.cfg.model_dump()))
         st = wait_for_run(service, run_id, quiet=as_json)
         if st["state"] == "failed":

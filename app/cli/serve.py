@@ -10,9 +10,9 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from app import envs, hardware
-from app.cli.context import Context, connect
+from app.cli.context import Collection, Context, connect, json_object
 from app.cli.render import err, out, print_cluster, print_json
-from app.errors import UserError
+from app.errors import NotFound, UserError
 from app.passage import where
 from app.remote import ClusterStatus
 
@@ -93,6 +93,9 @@ def query(
     url: Annotated[str | None, typer.Option(help="Endpoint. [default: the one `ragline serve` started]")] = None,
     key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
     k: Annotated[int, typer.Option("-k", help="Passages retrieved as context.")] = 5,
+    collection: Collection = "default",
+    filter_: Annotated[str | None, typer.Option("--where", help="Only documents whose metadata match this JSON "
+                                                "filter, e.g. '{\"year\": {\"$gte\": 2020}}'.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Ask the running endpoint; prints the answer with its numbered sources."""
@@ -100,7 +103,8 @@ def query(
 
     c: Context = ctx.obj
     url, key = endpoint(c, url, key)
-    body = serving.query(url, key, question, top_k=k)
+    body = serving.query(url, key, question, top_k=k, collection=collection,
+                         filter=json_object(filter_, "--where") if filter_ else None)
     if as_json:
         return print_json(body.model_dump())
     out.print(f"[bold]Q:[/] {question}\n[bold]A:[/] {body.answer}\n", soft_wrap=True)
@@ -154,18 +158,26 @@ def cluster_status(c: Context) -> ClusterStatus:
         return ClusterStatus(dashboard=None, note=f"no Ray dashboard at {url} (give --address http://HEAD:8265)")
 
 
-def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Ingest and training runs, the catalog's dataset, index and model versions, and the cluster's jobs and
-    Serve applications (from the dashboard --address names, or a local one)."""
+def status(ctx: typer.Context, collection: Collection = "default",
+           as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The collections; one collection's ingest runs and dataset and index versions; training runs and model
+    versions; and the cluster's jobs and Serve applications (from the dashboard --address names, or a local
+    one)."""
+    from app import collections
     from app.catalog import Catalog
     from app.services.runs import ingest_run_store
     from app.train.run import training_runs
 
     c: Context = ctx.obj
-    catalog = Catalog(c.storage)
-    runs = ingest_run_store(c.storage).all()
+    corpus = c.collection(collection)
+    if collection not in collections.names(c.storage):
+        raise NotFound(f"collection {collection!r} does not exist in {c.storage.uri}")
+    runs = ingest_run_store(corpus).all()
     versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
-                       for m in catalog.versions(kind)] for kind in ("datasets", "indexes")}
+                       for m in Catalog(corpus).versions(kind)] for kind in ("datasets", "indexes")}
+    latest = {name: Catalog(c.collection(name)).latest("indexes") for name in collections.names(c.storage)}
+    named = {name: (m.version, m.counts.get("chunks", 0)) if m else (None, 0) for name, m in latest.items()}
+    catalog = Catalog(c.storage)
     training = training_runs(c.storage).all()
     models = {name: ModelSummary(versions=[m.version for m in catalog.model_versions(name)],
                                  promoted=(p.version if (p := catalog.promoted(name)) else None))
@@ -173,8 +185,11 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     cluster = cluster_status(c)
     chosen = computes(c)
     if as_json:
-        print_json({"storage": c.storage.uri, "runs": [{k: r.get(k) for k in (
-            "run_id", "state", "submitted_at", "finished_at", "error")} for r in runs], **versions,
+        print_json({
+            "storage": c.storage.uri, "collection": collection,
+            "collections": {n: {"index_version": v, "chunks": k} for n, (v, k) in named.items()},
+            "runs": [{k: r.get(k) for k in ("run_id", "state", "submitted_at", "finished_at", "error")} for r in runs],
+            **versions,
             "training_runs": [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model",
                                                       "error")} for r in training],
             "models": {name: m.model_dump() for name, m in models.items()},
@@ -184,7 +199,11 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
     out.print(f"storage: {c.storage.uri}")
     out.print(f"this machine: {hardware.detect().summary()}; auto chooses: embedder {chosen.embedder}, reranker "
               f"{chosen.reranker}, generator {chosen.generator}")
-    t = Table("run", "state", "submitted", "dataset", "index", "documents", title="ingest runs")
+    ct = Table("collection", "index", "chunks", title="collections")
+    for name, (version, chunks) in named.items():
+        ct.add_row(name, str(version or "-"), str(chunks))
+    out.print(ct)
+    t = Table("run", "state", "submitted", "dataset", "index", "documents", title=f"ingest runs ({collection})")
     for r in runs:
         made = ("-", "-", "-")  # dataset, index, what the run did to the corpus: a succeeded run's report says
         if rep := r.get("report"):
@@ -196,7 +215,7 @@ def status(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json")] 
         t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), *made)
     out.print(t)
     for kind, items in versions.items():
-        v = Table("version", "created", "from", "documents", "chunks", title=kind)
+        v = Table("version", "created", "from", "documents", "chunks", title=f"{kind} ({collection})")
         for m in items:
             v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
                       str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
-from app import tracking
+from app import collections, tracking
 from app.catalog import Catalog, now_iso
 from app.errors import Unavailable, UserError
 from app.eval import RUNS, new_run_id
@@ -107,8 +107,8 @@ class AskEndpoint:
     """map_batches callable: rows {qid, question} → the endpoint's answer, the passages its prompt held, tokens,
     latency and error ("" when it answered), one request per row, the batch's requests in flight together."""
 
-    def __init__(self, endpoint: Endpoint, params: Mapping[str, int], in_flight: int):
-        """`params`: the rest of each /v1/query body (top_k, and max_tokens if given)."""
+    def __init__(self, endpoint: Endpoint, params: Mapping[str, object], in_flight: int):
+        """`params`: the rest of each /v1/query body (top_k, collection, and max_tokens if given)."""
         self.endpoint, self.params = endpoint, params
         self.client = httpx.Client(timeout=endpoint.timeout_s, headers={"Authorization": f"Bearer {endpoint.key}"})
         self.pool = ThreadPoolExecutor(in_flight)
@@ -147,9 +147,10 @@ class AskEndpoint:
         return {"qid": list(batch["qid"]), **{k: [a[k] for a in answers] for k in answers[0]}}  # one column a key
 
 
-def served_index(endpoint: Endpoint, probe: str) -> int:
-    """The index version the endpoint serves (it answers /v1/retrieve with it)."""
-    r = httpx.post(f"{endpoint.url.rstrip('/')}/v1/retrieve", json={"query": probe, "top_k": 1},
+def served_index(endpoint: Endpoint, probe: str, collection: str) -> int:
+    """The index version the endpoint serves for `collection` (it answers /v1/retrieve with it)."""
+    r = httpx.post(f"{endpoint.url.rstrip('/')}/v1/retrieve",
+                   json={"query": probe, "top_k": 1, "collection": collection},
                    headers={"Authorization": f"Bearer {endpoint.key}"}, timeout=endpoint.timeout_s)
     if r.status_code != 200:
         kind = UserError if r.status_code < 500 else Unavailable  # the caller's mistake (a key, a URL), or not now
@@ -214,23 +215,25 @@ def summarize(scored: list[Scored], *, run_id: str, dataset: str, split: str, in
 
 def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Storage, *, idk: str,
                      limit: int | None = None, top_k: int = 5, max_tokens: int | None = None, concurrency: int = 8,
-                     mlflow_uri: str | None = None) -> AnswerEvalReport:
+                     mlflow_uri: str | None = None, collection: str = collections.DEFAULT) -> AnswerEvalReport:
     """Ask the split's questions (or `limit` of them) at the endpoint, score, store and log the run. Needs a
-    connected Ray; `storage` is the root the endpoint serves (its index names the documents and their text).
+    connected Ray; `storage` is the root the endpoint serves (its `collection`'s index names the documents and
+    their text; the run is kept in the root).
     `max_tokens` caps answers below the server's own budget (None: the server's)."""
     import ray.data
 
     from app.index.search import Index
 
     questions = sample(load_questions(dataset, split), limit)
-    version = served_index(endpoint, questions[0].question)
-    if version not in {m.version for m in Catalog(storage).versions("indexes")}:
-        raise UserError(f"{endpoint.url} serves index version {version}, which {storage.uri} does not hold: give "
+    version = served_index(endpoint, questions[0].question, collection)
+    corpus = collections.storage_of(storage, collection)
+    if version not in {m.version for m in Catalog(corpus).versions("indexes")}:
+        raise UserError(f"{endpoint.url} serves index version {version}, which {corpus.uri} does not hold: give "
                         "the --storage the graph serves")
-    chunks = Index.load(storage, version, verify=False).chunks
+    chunks = Index.load(corpus, version, verify=False).chunks
     check_documents(questions, set(chunks.column("doc_id")), version)
 
-    params = {"top_k": top_k, **({"max_tokens": max_tokens} if max_tokens else {})}
+    params = {"top_k": top_k, "collection": collection, **({"max_tokens": max_tokens} if max_tokens else {})}
     started, t0 = now_iso(), time.perf_counter()
     per_actor = min(PER_ACTOR, concurrency)
     actors = math.ceil(concurrency / per_actor)

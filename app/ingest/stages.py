@@ -306,7 +306,7 @@ def _parse(source: str, data: bytes, cfg: IngestConfig, storage_uri: str) -> Par
     if fmt is None:
         raise Unreadable(f"unsupported file type: {describe(source, data[:HEAD_BYTES])}")
     if fmt not in DOCUMENT_FORMATS:
-        return parse_file(source, data, cfg.read, fmt)
+        return _with_metadata(parse_file(source, data, cfg.read, fmt), cfg.metadata)
     docs = _sandbox(cfg.documents.model_dump_json()).parse(fmt, source, data)
     if fmt == "pdf" and cfg.documents.keep_originals:
         rel = f"originals/{hashlib.sha256(data).hexdigest()[:32]}.pdf"  # one copy per content, however named
@@ -315,7 +315,15 @@ def _parse(source: str, data: bytes, cfg: IngestConfig, storage_uri: str) -> Par
             storage.write_bytes(rel, data)
         for d in docs:
             d["metadata"] = json.dumps({**json.loads(d["metadata"]), "original": rel})
-    return Parsed(docs=docs)
+    return _with_metadata(Parsed(docs=docs), cfg.metadata)
+
+
+def _with_metadata(parsed: Parsed, fields: Mapping[str, object]) -> Parsed:
+    """`ingest.metadata`'s fields added to each document's, under its own."""
+    if fields:
+        for d in parsed.docs:
+            d["metadata"] = json.dumps({**fields, **json.loads(d["metadata"])})
+    return parsed
 
 
 @functools.cache

@@ -5,6 +5,7 @@ this same flow; only the `Backends` differ (Serve handles, or plain objects).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from app.rag.protocol import (
     Passage,
     Ranking,
     Retrieved,
+    Search,
     Source,
     StageReady,
 )
@@ -60,9 +62,8 @@ class RagFlow:
             timings[name] = (time.perf_counter() - t0) * 1e3
             self.observe(name, timings[name])
 
-    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None,
-                       timings: dict[str, float]) -> Retrieved:
-        return await self.stage("retrieve", timings, self.backends.retrieve(query, mode, k, sources))
+    async def retrieve(self, search: Search, timings: dict[str, float]) -> Retrieved:
+        return await self.stage("retrieve", timings, self.backends.retrieve(search))
 
     async def rerank(self, query: str, passages: list[Passage], top_n: int, timings: dict[str, float],
                      retrieved: bool = True) -> tuple[str, list[Passage]]:
@@ -79,19 +80,20 @@ class RagFlow:
         """The caller's own documents in the reranker's order (they have no retrieval order to fuse)."""
         return await self.stage("rerank", {}, self.backends.rerank(query, documents, top_n, False))
 
-    async def embed(self, texts: list[str]) -> Embedded:
-        return await self.stage("embed", {}, self.backends.embed(texts))
+    async def embed(self, texts: list[str], collection: str) -> Embedded:
+        return await self.stage("embed", {}, self.backends.embed(texts, collection))
 
-    async def source(self, chunk_id: str) -> Source:
-        return await self.backends.source(chunk_id)
+    async def source(self, chunk_id: str, collection: str) -> Source:
+        return await self.backends.source(chunk_id, collection)
 
     async def ready(self) -> dict[str, StageReady]:
         return await self.backends.ready()
 
-    async def context(self, question: str, top_k: int, mode: str | None, sources: list[str] | None,
-                      timings: dict[str, float]) -> Context:
-        found = await self.retrieve(question, mode, max(top_k, self.candidates), sources, timings)
-        reranker, passages = await self.rerank(question, found.hits, top_k, timings)
+    async def context(self, search: Search, timings: dict[str, float]) -> Context:
+        """`search.k` passages for the prompt, reranked from max(k, candidates) retrieved."""
+        assert search.k is not None, "the route sets top_k"
+        found = await self.retrieve(dataclasses.replace(search, k=max(search.k, self.candidates)), timings)
+        reranker, passages = await self.rerank(search.query, found.hits, search.k, timings)
         return Context(found, passages, reranker)
 
     async def stream(self, question: str, context: Context, generation: Generation,

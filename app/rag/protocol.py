@@ -14,6 +14,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
+from app import collections
+from app.index.filters import Filter
 from app.passage import ChunkRef, Passage
 
 Message = dict[str, str]  # a chat turn: {"role", "content"}
@@ -21,16 +23,20 @@ Message = dict[str, str]  # a chat turn: {"role", "content"}
 
 @dataclass(frozen=True, slots=True)
 class Search:
-    """One request's retrieval, as the Ingress sends its concurrent requests' to the Retriever together."""
+    """One request's retrieval, as the Ingress sends its concurrent requests' to the Retriever together. The
+    collection is one the caller may read (the Ingress asked `Scope.may_read` before building it)."""
 
     query: str
-    mode: str | None  # None: the retriever's configured mode
-    k: int | None  # None: its configured top_k
-    sources: list[str] | None  # glob patterns over the chunks' sources; None: all
+    mode: str | None = None  # None: the retriever's configured mode
+    k: int | None = None  # None: its configured top_k
+    sources: list[str] | None = None  # glob patterns over the chunks' sources; None: all
+    collection: str = collections.DEFAULT
+    where: Filter | None = None  # over the documents' metadata, applied inside the search
 
 
 @dataclass(frozen=True, slots=True)
 class Retrieved:
+    collection: str
     index_version: int
     mode: str
     embedder: str  # the model of the index being served (its manifest's), which embedded the query
@@ -55,6 +61,7 @@ class Source(ChunkRef):
     """A cited chunk in its document, for a reader to open: `document` is the document's text as the served index
     holds it, and `document[start_char:end_char]` is the chunk. /v1/chunks/{chunk_id} returns it."""
 
+    collection: str
     index_version: int
     document: str
     original: str = ""  # the storage path of the document's original file, when kept (PDFs): its pages render
@@ -109,15 +116,15 @@ class StageReady(BaseModel):
 class Backends(Protocol):
     """The stages of the RAG graph, however they are reached. Failures are `app.errors` types."""
 
-    async def retrieve(self, query: str, mode: str | None, k: int, sources: list[str] | None) -> Retrieved: ...
+    async def retrieve(self, search: Search) -> Retrieved: ...
 
     async def rerank(self, query: str, documents: list[Document], top_n: int, retrieved: bool) -> Ranking: ...
 
     def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]: ...
 
-    async def embed(self, texts: list[str]) -> Embedded: ...
+    async def embed(self, texts: list[str], collection: str) -> Embedded: ...  # by the collection's embedder
 
-    async def source(self, chunk_id: str) -> Source: ...  # NotFound if the served index has no such chunk
+    async def source(self, chunk_id: str, collection: str) -> Source: ...  # NotFound: no such chunk in it
 
     async def ready(self) -> dict[str, StageReady]: ...  # per stage ("retriever", "reranker", "generator")
 
@@ -151,6 +158,7 @@ class Models(BaseModel):
 
 
 class Meta(BaseModel):
+    collection: str
     index_version: int
     mode: str
     models: Models

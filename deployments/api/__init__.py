@@ -18,6 +18,7 @@ from app.rag.admission import Admission
 from app.rag.flow import RagFlow
 from app.storage import Storage
 from deployments.api import chat, console, errors, health, query, retrieval
+from deployments.api.access import Access
 from deployments.api.edge import Edge, ServedEmbedder
 from deployments.fairshare import FairShare
 from deployments.guard import Guard
@@ -33,16 +34,16 @@ def stage_latency() -> Callable[[str, float], None]:
 
 
 def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator: str, max_new_tokens: int,
-              embedder: ServedEmbedder, storage: Storage) -> Guard:
+              embedder: ServedEmbedder, storage: Storage, access: Access | None = None) -> Guard:
     """The guarded ASGI app. `generator`: the served generator's name (/v1/models); `max_new_tokens`: the most
     tokens an answer may take (what admission counts a request at); `storage`: the root whose runs and versions the
-    console shows."""
+    console shows; `access`: which collections exist (the Ingress refreshes it; made here if not given)."""
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
     admission = Admission(budget_s=api.generation_budget_s or api.request_timeout_s / 2,
                           floor=api.generation_floor, max_running=api.max_generating,
                           lifetime_s=api.request_timeout_s + 5)
-    edge = Edge(flow, api, generator, embedder, max_new_tokens, admission)
+    edge = Edge(flow, api, generator, embedder, max_new_tokens, admission, access or Access(storage))
     for module in (health, retrieval, query, chat):
         app.include_router(module.router(edge))
     app.include_router(console.router(edge, storage))

@@ -7,11 +7,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from app import collections
 from app.rag.flow import Answer
 from app.rag.protocol import Finished, Generation
+from deployments.api.access import COLLECTION_MODEL, Access
 from deployments.api.edge import Edge, sse
 from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses, streamed
 from deployments.api.views import (
@@ -41,12 +43,18 @@ def router(edge: Edge) -> APIRouter:
     @r.post("/v1/chat/completions", response_model=ChatCompletion,
             responses={**streamed("`chat.completion.chunk` objects, then `[DONE]`"),
                        **responses(404, *STAGE_ERRORS)})
-    async def chat(req: ChatCompletionRequest) -> ChatCompletion | StreamingResponse:
+    async def chat(req: ChatCompletionRequest, request: Request) -> ChatCompletion | StreamingResponse:
         edge.within_limits(req)
-        if req.model and req.model not in (edge.generator, "ragline"):
-            raise ModelNotFound(f"model {req.model!r} is not served; use {edge.generator!r} (see /v1/models)")
+        collection = collections.DEFAULT
+        if req.model and req.model.startswith(COLLECTION_MODEL):
+            collection = req.model.removeprefix(COLLECTION_MODEL)
+        elif req.model and req.model not in (edge.generator, "ragline"):
+            raise ModelNotFound(f"model {req.model!r} is not served; use {edge.generator!r} or "
+                                f"{COLLECTION_MODEL}<collection> (see /v1/models)")
         question = req.messages[-1].text().strip()
         edge.check_question(question, "messages[-1].content", req.top_k)
+        search = edge.search(request, question, top_k=req.top_k, mode=req.mode, sources=req.sources,
+                             collection=collection, where=req.filter)
         history = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                    for m in req.messages[:-1] if m.role in ("user", "assistant", "system", "developer")]
         generation = Generation(max_tokens=req.max_completion_tokens or req.max_tokens, temperature=req.temperature,
@@ -58,9 +66,10 @@ def router(edge: Edge) -> APIRouter:
 
         if not req.stream:
             async def run() -> ChatCompletion:
-                context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
+                context = await flow.context(search, timings)
                 out = await flow.answer(question, context, generation, timings)
                 ticket.finish(out.finished.completion_tokens)
+                Access.returned(request, [p.chunk_id for p in out.passages])
                 choice = ChatChoice(index=0, message=AssistantMessage(content=out.text.strip()),
                                     finish_reason=out.finished.finish_reason)
                 return ChatCompletion(id=cid, created=created, model=edge.generator, choices=[choice],
@@ -79,7 +88,8 @@ def router(edge: Edge) -> APIRouter:
             return sse(None, body.model_dump_json(exclude_unset=True, exclude=absent))
 
         async def events() -> AsyncIterator[bytes]:
-            context = await flow.context(question, req.top_k, req.mode, req.sources, timings)
+            context = await flow.context(search, timings)
+            Access.returned(request, [p.chunk_id for p in context.passages])
             yield chunk([ChunkChoice(index=0, delta=ChunkDelta(role="assistant", content=""), finish_reason=None)])
             async for piece in flow.stream(question, context, generation, timings):
                 if not isinstance(piece, Answer):

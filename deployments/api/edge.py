@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from app.index.filters import Filter, parse_filter
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
@@ -16,8 +18,9 @@ from app.config import ApiConfig
 from app.errors import RaglineError, UserError
 from app.rag.admission import Admission, Ticket
 from app.rag.flow import RagFlow
-from app.rag.protocol import Generation
+from app.rag.protocol import Generation, Search
 from deployments import limits
+from deployments.api.access import Access
 from deployments.api.errors import STAGE_FAILURES, body, translate
 
 T = TypeVar("T")
@@ -41,6 +44,15 @@ class Edge:
     embedder: ServedEmbedder
     max_new_tokens: int  # serve.generator.max_new_tokens: the most tokens an answer may take
     admission: Admission
+    access: Access
+
+    def search(self, request: Request, query: str, *, top_k: int, mode: str | None, sources: list[str] | None,
+               collection: str, where: dict[str, object] | None) -> Search:
+        """The request's search, in a collection its key may read (`Access.open`: 404 otherwise). The key's scope
+        is the collection; the caller's filter narrows within it, so the two are joined with AND here, once."""
+        name = self.access.open(request, collection)
+        parsed: Filter | None = parse_filter(where) if where is not None else None
+        return Search(query, mode, top_k, sources, name, parsed)
 
     def admit(self, generation: Generation) -> Ticket:
         """A generation's ticket, or Overloaded (503 + Retry-After) now, before any stage runs."""

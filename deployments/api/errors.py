@@ -42,7 +42,8 @@ class ErrorResponse(BaseModel):
 
 ERRORS = {  # status → when it is sent, as /openapi.json says it
     401: "Missing or invalid API key.",
-    404: "No such thing to answer from (a chunk, a model).",
+    403: "The API key is not an admin key (admin routes only).",
+    404: "No such thing to answer from (a chunk, a model, or a collection this key may not read: the same answer).",
     413: "The request body is over the limit.",
     422: "The request is invalid: a field, a size, a question the model's window cannot hold.",
     429: "This API key has too many requests waiting.",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from app.rag.flow import Answer
 from app.rag.protocol import Generation, QueryResponse, Usage
+from deployments.api.access import Access
 from deployments.api.edge import Edge, sse
 from deployments.api.errors import STAGE_ERRORS, responses, streamed
 from deployments.api.views import citations, meta
@@ -21,32 +22,35 @@ def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/query", response_model=QueryResponse,
-            responses={**streamed("`token` events, then `citations`, then `done`"), **responses(*STAGE_ERRORS)})
-    async def query(req: QueryRequest) -> QueryResponse | StreamingResponse:
+            responses={**streamed("`token` events, then `citations`, then `done`"), **responses(404, *STAGE_ERRORS)})
+    async def query(req: QueryRequest, request: Request) -> QueryResponse | StreamingResponse:
         edge.within_limits(req)
         edge.check_question(req.question, "question", req.top_k)
+        search = edge.search(request, req.question, top_k=req.top_k, mode=req.mode, sources=req.sources,
+                             collection=req.collection, where=req.filter)
         flow, timings = edge.flow, dict[str, float]()
         generation = Generation(max_tokens=req.max_tokens, temperature=req.temperature)
         t0 = time.perf_counter()
         ticket = edge.admit(generation)
 
         async def run() -> QueryResponse:
-            context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
+            context = await flow.context(search, timings)
             out = await flow.answer(req.question, context, generation, timings)
             ticket.finish(out.finished.completion_tokens)
+            Access.returned(request, [p.chunk_id for p in out.passages])
             timings["total"] = (time.perf_counter() - t0) * 1e3
             f = out.finished
-            m = meta(context, timings, f)
             return QueryResponse(answer=out.text.strip(), finish_reason=f.finish_reason,
                                  citations=citations(out.passages, out.text),
                                  usage=Usage(prompt_tokens=f.prompt_tokens, completion_tokens=f.completion_tokens),
-                                 index_version=m.index_version, mode=m.mode, models=m.models, timings_ms=m.timings_ms)
+                                 **dict(meta(context, timings, f)))
 
         if not req.stream:
             return await edge.answering(ticket, run())
 
         async def events() -> AsyncIterator[bytes]:
-            context = await flow.context(req.question, req.top_k, req.mode, req.sources, timings)
+            context = await flow.context(search, timings)
+            Access.returned(request, [p.chunk_id for p in context.passages])
             async for piece in flow.stream(req.question, context, generation, timings):
                 if not isinstance(piece, Answer):
                     yield sse("token", {"text": piece.text})

@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
+from app import collections
 from app.errors import UserError
+from deployments.api.access import COLLECTION_MODEL, Access
 from deployments.api.edge import Edge
 from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses
 from deployments.api.views import (
@@ -25,13 +27,17 @@ from deployments.schemas import EmbeddingsRequest, RerankRequest, RetrieveReques
 def router(edge: Edge) -> APIRouter:
     r = APIRouter()
 
-    @r.post("/v1/retrieve", response_model=RetrieveResponse, responses=responses(*STAGE_ERRORS))
-    async def retrieve(req: RetrieveRequest) -> RetrieveResponse:
+    @r.post("/v1/retrieve", response_model=RetrieveResponse, responses=responses(404, *STAGE_ERRORS))
+    async def retrieve(req: RetrieveRequest, request: Request) -> RetrieveResponse:
         edge.within_limits(req)
         edge.check_question(req.query, "query", req.top_k)
+        search = edge.search(request, req.query, top_k=req.top_k, mode=req.mode, sources=req.sources,
+                             collection=req.collection, where=req.filter)
         timings: dict[str, float] = {}
-        found = await edge.deadline(edge.flow.retrieve(req.query, req.mode, req.top_k, req.sources, timings))
-        return RetrieveResponse(index_version=found.index_version, mode=found.mode, hits=found.hits,
+        found = await edge.deadline(edge.flow.retrieve(search, timings))
+        Access.returned(request, [h.chunk_id for h in found.hits])
+        return RetrieveResponse(collection=found.collection, index_version=found.index_version, mode=found.mode,
+                                hits=found.hits,
                                 timings_ms={**found.timings_ms, "total": round(timings["retrieve"], 2)})
 
     @r.post("/v1/rerank", response_model=RerankResponse, responses=responses(*STAGE_ERRORS))
@@ -46,14 +52,19 @@ def router(edge: Edge) -> APIRouter:
                                        for i, s in zip(ranking.order, scores, strict=True)])
 
     @r.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=responses(404, *STAGE_ERRORS))
-    async def embeddings(req: EmbeddingsRequest) -> EmbeddingsResponse:
+    async def embeddings(req: EmbeddingsRequest, request: Request) -> EmbeddingsResponse:
         edge.within_limits(req)
-        if req.model and req.model != edge.embedder.name:
-            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder.name!r}")
+        collection = collections.DEFAULT
+        if req.model and req.model.startswith(COLLECTION_MODEL):
+            collection = req.model.removeprefix(COLLECTION_MODEL)
+        elif req.model and req.model != edge.embedder.name:
+            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder.name!r} "
+                                f"(the default collection's) or {COLLECTION_MODEL}<collection>")
+        edge.access.open(request, collection)
         texts = [req.input] if isinstance(req.input, str) else req.input
         for i, t in enumerate(texts):
             edge.check_question(t, f"input[{i}]", 1)
-        out = await edge.deadline(edge.flow.embed(texts))
+        out = await edge.deadline(edge.flow.embed(texts, collection))
         dim = len(out.vectors[0])
         if req.dimensions is not None and req.dimensions != dim:
             raise UserError(f"dimensions: the model gives {dim}-dimensional vectors")

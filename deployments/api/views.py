@@ -22,6 +22,7 @@ SNIPPET_CHARS = 240
 
 
 class RetrieveResponse(BaseModel):
+    collection: str
     index_version: int
     mode: str
     hits: list[Passage]  # the passages as the retriever found them (rerank_score: null)
@@ -71,6 +72,19 @@ class ModelList(BaseModel):
 
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class CollectionInfo(BaseModel):
+    name: str
+    index_version: int | None  # None: nothing ingested yet
+    documents: int
+    chunks: int
+
+
+class CollectionList(BaseModel):
+    """/v1/collections: the collections the API key may read."""
+
+    data: list[CollectionInfo]
 
 
 class Health(BaseModel):
@@ -153,6 +167,6 @@ def citations(passages: list[Passage], answer: str) -> list[Citation]:
 def meta(context: Context, timings: dict[str, float], finished: Finished) -> Meta:
     """`finished.model` names the version that answered (catalog:NAME → NAME:vN)."""
     found = context.retrieved
-    return Meta(index_version=found.index_version, mode=found.mode,
+    return Meta(collection=found.collection, index_version=found.index_version, mode=found.mode,
                 models=Models(generator=finished.model, embedder=found.embedder, reranker=context.reranker),
                 timings_ms={k: round(v, 2) for k, v in timings.items()})

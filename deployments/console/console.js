@@ -1,5 +1,6 @@
 // The Ragline console: plain JavaScript over the same keyed HTTP API every client uses (no library, no CDN).
-// Ask: /v1/chat/completions streamed (SSE), citations opened through /v1/chunks/{id}.
+// Ask: /v1/chat/completions streamed (SSE) from a collection the key may read (/v1/collections; the collection is
+// the model, "ragline/<name>"), citations opened through /v1/chunks/{id}?collection=<name>.
 // Operate: /readyz (what is served) and /v1/status (runs, versions, models, evaluations), read-only.
 // Every text from the server goes into the page as text (textContent), never as HTML.
 "use strict";
@@ -95,7 +96,19 @@ async function useKey(event) {
   $("key-view").hidden = true;
   $("forget-key").hidden = false;
   show("ask");
+  await loadCollections();
 }
+
+// The collections this key may read, the default first when it may; asking and citations use the one chosen.
+async function loadCollections() {
+  const { data } = await (await api("/v1/collections")).json();
+  const chosen = $("collection").value;
+  $("collection").replaceChildren(...data.map((c) =>
+    el("option", { value: c.name, text: `${c.name} (${c.chunks} chunks)` })));
+  if (data.some((c) => c.name === chosen)) $("collection").value = chosen;
+}
+
+const collection = () => $("collection").value || "default";
 
 // ---- views -----------------------------------------------------------------------------------------------------
 
@@ -180,7 +193,7 @@ async function ask(event) {
 
   const sources = $("sources").value.split(",").map((s) => s.trim()).filter(Boolean);
   const body = {
-    messages: [...thread, { role: "user", content: question }], stream: true,
+    model: `ragline/${collection()}`, messages: [...thread, { role: "user", content: question }], stream: true,
     top_k: Number($("top-k").value) || 5, ...($("mode").value ? { mode: $("mode").value } : {}),
     ...(sources.length ? { sources } : {}), stream_options: { include_usage: true },
   };
@@ -201,7 +214,7 @@ async function ask(event) {
         }
       }
       if (chunk.citations) { // the last content chunk: citations and the versions and timings of the answer
-        cited = chunk.citations;
+        cited = chunk.citations.map((c) => ({ ...c, collection: chunk.ragline.collection }));
         about = chunk.ragline;
         renderCitations(citations, cited);
         renderMeta(meta, about);
@@ -222,7 +235,8 @@ async function ask(event) {
 
 // The PDF page a passage starts on, rendered by the server with the passage highlighted, beside the text view.
 async function showPage(source, page) {
-  const response = await api(`/v1/chunks/${encodeURIComponent(source.chunk_id)}/pages/${page}`);
+  const response = await api(`/v1/chunks/${encodeURIComponent(source.chunk_id)}/pages/${page}` +
+    `?collection=${encodeURIComponent(source.collection)}`);
   const image = $("passage-page-image");
   if (image.src) URL.revokeObjectURL(image.src);
   image.src = URL.createObjectURL(await response.blob());
@@ -243,7 +257,8 @@ async function openPassage(cite) {
   $("passage-text").replaceChildren();
   panel.hidden = false;
   try {
-    const s = await (await api(`/v1/chunks/${encodeURIComponent(cite.chunk_id)}`)).json();
+    const s = await (await api(`/v1/chunks/${encodeURIComponent(cite.chunk_id)}?collection=` +
+      encodeURIComponent(cite.collection))).json();
     $("passage-meta").textContent = `[${cite.n}] ${s.source}${s.location ? ` ${s.location}` : ""} · document ${s.doc_id} · chunk ${s.chunk_index} ` +
       `(characters ${s.start_char}–${s.end_char}) · score ${Number(cite.score).toFixed(3)} · index v${s.index_version}`;
     const mark = el("mark", { id: "cited-span", text: s.document.slice(s.start_char, s.end_char) });
@@ -405,6 +420,9 @@ document.addEventListener("DOMContentLoaded", () => {
   $("passage-close").addEventListener("click", () => { $("passage").hidden = true; });
   $("forget-key").addEventListener("click", () => { sessionStorage.removeItem(KEY); askForKey(); });
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
-  if (sessionStorage.getItem(KEY)) $("forget-key").hidden = false;
+  if (sessionStorage.getItem(KEY)) {
+    $("forget-key").hidden = false;
+    loadCollections().catch(() => {}); // an expired key: the first question asks for a new one
+  }
   show("ask");
 });

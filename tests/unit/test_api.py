@@ -37,16 +37,18 @@ class FakeStages:
         self.slow = 0.0
         self.calls: list[str] = []
         self.retrieved: list[bool] = []  # per rerank call: were the passages in the retriever's order
+        self.searches: list[Search] = []  # what retrieve was asked, in order
 
     def _maybe_fail(self, stage: str) -> None:
         self.calls.append(stage)
         if stage in self.fail:
             raise self.fail[stage]
 
-    async def retrieve(self, query, mode, k, sources):
+    async def retrieve(self, search):
         self._maybe_fail("retrieve")
-        return Retrieved(index_version=3, mode=mode or "hybrid", embedder="all-MiniLM-L6-v2", hits=[HIT, HIT2][:k],
-                         timings_ms={"embed": 1.0})
+        self.searches.append(search)
+        return Retrieved(collection=search.collection, index_version=3, mode=search.mode or "hybrid",
+                         embedder="all-MiniLM-L6-v2", hits=[HIT, HIT2][:search.k], timings_ms={"embed": 1.0})
 
     async def rerank(self, query, documents, top_n, retrieved):
         self._maybe_fail("rerank")
@@ -61,16 +63,16 @@ class FakeStages:
             yield Delta(word)
         yield Finished("stop", 40, 5, "SmolLM2-135M-Instruct")
 
-    async def embed(self, texts):
+    async def embed(self, texts, collection):
         self._maybe_fail("embed")
         return Embedded(model="all-MiniLM-L6-v2", vectors=[[0.5, -0.25, 1.0] for _ in texts])
 
-    async def source(self, chunk_id):
+    async def source(self, chunk_id, collection):
         self._maybe_fail("source")
         if chunk_id != HIT.chunk_id:
-            raise NotFound(f"chunk {chunk_id!r} is not in index version 3")
+            raise NotFound(f"chunk {chunk_id!r} is not in collection {collection!r}")
         document = f"{HIT.text} Lions watch them from the bank."
-        return Source(index_version=3, chunk_id=HIT.chunk_id, doc_id=HIT.doc_id, source=HIT.source, title=HIT.title,
+        return Source(collection=collection, index_version=3, chunk_id=HIT.chunk_id, doc_id=HIT.doc_id, source=HIT.source, title=HIT.title,
                       chunk_index=0, start_char=HIT.start_char, end_char=HIT.end_char, document=document)
 
     async def ready(self):

@@ -18,7 +18,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from xml.etree.ElementTree import ParseError
 
 from lxml.etree import XMLSyntaxError
@@ -130,6 +130,19 @@ def check_zip(data: bytes, cfg: DocumentsConfig) -> None:
                              "or external entities, an attack)")
 
 
+def core(props: Any) -> dict[str, object]:
+    """An Office file's core properties a filter may use: author, subject, keywords, category, created and
+    modified (ISO 8601). `props`: python-docx's, python-pptx's or openpyxl's properties."""
+    out: dict[str, object] = {}
+    for name in ("author", "subject", "keywords", "category"):
+        if value := _one_line(getattr(props, name, None) or ""):  # openpyxl's lack author and category
+            out[name] = value
+    for name in ("created", "modified"):
+        if when := getattr(props, name, None):
+            out[name] = when.replace(tzinfo=None).isoformat()
+    return out
+
+
 def _doc(source: str, title: str, parts: list[Part], unit: str, metadata: dict[str, object]) -> Doc:
     return {"doc_id": "", "source": source, "title": title, "text": "", "metadata": json.dumps(metadata),
             "parts": parts, "unit": unit}
@@ -218,7 +231,7 @@ def parse_docx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         if text:
             blocks.append((SECTION_SEP.join(h for _, h in path), text))
     title = _one_line(document.core_properties.title or "") or first_heading
-    return [_doc(source, title, parts_by_section(blocks), "", {"format": "docx"})]
+    return [_doc(source, title, parts_by_section(blocks), "", {"format": "docx", **core(document.core_properties)})]
 
 
 # --- PPTX ---
@@ -279,7 +292,8 @@ def parse_pptx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         if lines:
             parts.append({"text": "\n".join(lines), "page": number, "section": title})
     title = _one_line(presentation.core_properties.title or "") or next((p["section"] for p in parts), "")
-    return [_doc(source, title, parts, "slide", {"format": "pptx", "slides": len(slides)})]
+    return [_doc(source, title, parts, "slide", {"format": "pptx", "slides": len(slides),
+                                                 **core(presentation.core_properties)})]
 
 
 # --- XLSX and CSV: rows with their header ---
@@ -368,7 +382,9 @@ def parse_xlsx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         raise Unreadable(f"not a readable XLSX: {e}") from e
     finally:
         workbook.close()
-    metadata: dict[str, object] = {"format": "xlsx", "sheets": len(workbook.worksheets)}
+    props = workbook.properties  # openpyxl names the author `creator`
+    metadata: dict[str, object] = {"format": "xlsx", "sheets": len(workbook.worksheets),
+                                   **core(props), **({"author": _one_line(props.creator)} if props.creator else {})}
     if truncated:
         metadata["truncated_at_cells"] = cfg.max_cells
     if past_last_row:

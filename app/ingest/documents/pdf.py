@@ -3,8 +3,10 @@ text layer; the section of a page is the outline (bookmark) path in effect on it
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -99,6 +101,35 @@ def _non_space(text: str) -> int:
     return sum(not c.isspace() for c in text)
 
 
+_PDF_DATE = re.compile(r"D:(\d{4})(\d{2})?(\d{2})?(\d{2})?(\d{2})?(\d{2})?")
+
+
+def pdf_date(value: str) -> str | None:
+    """A PDF date ("D:20210304120000+01'00'") as ISO 8601 ("2021-03-04T12:00:00"; the zone is dropped: a
+    filter compares dates, and most PDFs name none), None if it is not one."""
+    m = _PDF_DATE.match(value.strip())
+    if not m:
+        return None
+    year, month, day, hour, minute, second = (int(g) if g else d for g, d in zip(m.groups(), (0, 1, 1, 0, 0, 0),
+                                                                                 strict=True))
+    try:
+        return dt.datetime(year, month, day, hour, minute, second).isoformat()
+    except ValueError:  # "D:20211399...": not a date
+        return None
+
+
+def pdf_info(pdf: pdfium.PdfDocument) -> dict[str, object]:
+    """The document information a filter may use: author, subject, keywords, created and modified dates."""
+    info: dict[str, object] = {}
+    for key, name in (("Author", "author"), ("Subject", "subject"), ("Keywords", "keywords")):
+        if value := " ".join((pdf.get_metadata_value(key) or "").split()):
+            info[name] = value
+    for key, name in (("CreationDate", "created"), ("ModDate", "modified")):
+        if date := pdf_date(pdf.get_metadata_value(key) or ""):
+            info[name] = date
+    return info
+
+
 def parse_pdf(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
     """A PDF as one document with a part per page that has text (`page` 1-based, unit "page")."""
     parts: list[Part] = []
@@ -110,6 +141,7 @@ def parse_pdf(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         if n_pages > cfg.max_pages:
             raise Unreadable(f"a PDF of {n_pages} pages, more than ingest.documents.max_pages ({cfg.max_pages})")
         title = " ".join((pdf.get_metadata_value("Title") or "").split())
+        info = pdf_info(pdf)
         sections = page_sections(pdf, n_pages)
         for index in range(n_pages):
             try:
@@ -134,7 +166,7 @@ def parse_pdf(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
                 parts.append({"text": text, "page": index + 1, "section": sections[index]})
     if needs_ocr and len(needs_ocr) == n_pages:
         raise Unreadable(f"needs OCR: no page has a text layer ({no_ocr})")
-    metadata: dict[str, object] = {"format": "pdf", "pages": n_pages}
+    metadata: dict[str, object] = {"format": "pdf", "pages": n_pages, **info}
     if needs_ocr:
         metadata["needs_ocr_pages"] = needs_ocr
         metadata["needs_ocr_reason"] = no_ocr
