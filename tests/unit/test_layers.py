@@ -17,9 +17,9 @@ from pathlib import Path
 LAYERS: list[set[str]] = [
     {"app", "app.errors"},  # `app` is the package's own __init__ (its version)
     {"app.envs", "app.fusion", "app.demo_corpus", "app.config_files", "app.passage",
-     "app.page_view"},  # env variables; pure helpers
+     "app.page_view", "app.collections"},  # env variables; pure helpers (collections: its name rule)
     {"app.config", "app.storage", "app.raycluster", "app.hardware"},  # … and what this machine computes with
-    {"app.catalog", "app.tracking", "app.apikeys", "app.runs"},  # versions, runs and keys kept in storage
+    {"app.catalog", "app.tracking", "app.apikeys", "app.runs", "app.audit"},  # versions, runs, keys, audit log
     {"app.models", "app.dataset"},  # model roles; the files of a dataset version
     {"app.ingest", "app.index", "app.rag", "app.qa"},  # the pipeline, the index, the RAG flow, question sets
     {"app.indexing"},  # ingest → index build
