@@ -1,9 +1,23 @@
-"""Bearer API keys for the HTTP endpoint: from RAGLINE_API_KEYS, the file RAGLINE_API_KEYS_FILE, or (with
-neither) one generated once and kept under the storage root, readable only by its owner where the root is local.
+"""Bearer API keys for the HTTP endpoint, each with a scope: from RAGLINE_API_KEYS, the file RAGLINE_API_KEYS_FILE,
+or (with neither) the file under the storage root, where one key is generated the first time (readable only by its
+owner where the root is local). `ragline keys` (app/cli/keys.py) adds and revokes entries in that file.
+
+The key file, one entry per line (`#` starts a comment, removed first; blank lines are skipped):
+
+    KEY                                  every collection, and admin (a key as it was before scopes)
+    KEY collections=hr,eng               reads collections hr and eng; not admin
+    KEY collections=hr admin             reads hr; admin
+    KEY admin                            every collection, and admin
+    KEY collections=*                    every collection; not admin
+    sha256:<64 hex> collections=hr       the same, with the key's SHA-256 digest in place of the key
+    KEY_A, KEY_B collections=hr          several keys sharing the line's scopes
+
+A key has at least MIN_KEY_CHARS characters. Scopes are whitespace-separated tokens after the key(s); commas
+(with or without spaces around them) separate keys and collection names.
 
 Replicas hold only SHA-256 digests of the keys (`KeyRing`). Where keys must travel to replicas on other machines
-they travel as digests (RAGLINE_API_KEY_HASHES in the application's runtime_env, which the dashboard shows): a
-digest of a random key of ≥ 16 characters reveals nothing usable.
+they travel as digests with their scopes (RAGLINE_API_KEY_HASHES in the application's runtime_env, which the
+dashboard shows; `hashes_env`): a digest of a random key of ≥ 16 characters reveals nothing usable.
 """
 
 from __future__ import annotations
@@ -12,94 +26,286 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from app import envs
+from app.collections import check_name
 from app.errors import NotFound, UserError
 from app.storage import Storage
 
 KEY_FILE = "secrets/api-keys"
 MIN_KEY_CHARS = 16
 RELOAD_EVERY_S = 1.0  # how often a replica looks at its key file's modification time
+DIGEST_PREFIX = "sha256:"
+ADMIN = "admin"
+COLLECTIONS = "collections="
+EVERY = "*"  # collections=* : every collection, without admin (a bare key is every collection *and* admin)
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+_COMMA_RE = re.compile(r"\s*,\s*")  # "a, b" and "a ,b" are "a,b": keys and collection names never hold spaces
 log = logging.getLogger(__name__)
 
 
-def parse(text: str, where: str) -> list[str]:
-    """Keys from `text`: one or more per line, comma-separated. `#` starts a comment, removed before the line is
-    split, so a key on a comment line is never live. A key shorter than MIN_KEY_CHARS is an error naming its line."""
-    keys = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        for key in (k.strip() for k in line.split("#", 1)[0].split(",")):
-            if key and len(key) < MIN_KEY_CHARS:
-                raise UserError(f"{where} line {n}: an API key of {len(key)} characters; keys need at least "
-                                f"{MIN_KEY_CHARS} (make one with `openssl rand -hex 32`)")
-            if key:
-                keys.append(key)
-    return keys
+@dataclass(frozen=True)
+class Scope:
+    """What a key may do. `collections`: the collections it may read, None for every one."""
+
+    collections: frozenset[str] | None
+    admin: bool
+
+    def may_read(self, collection: str) -> bool:
+        """Whether this key may read `collection`: the one question every route asks, so a collection a key may
+        not read and one that does not exist can be answered alike."""
+        return self.collections is None or collection in self.collections
+
+    def tokens(self) -> list[str]:
+        """The scope as key-file tokens (`admin` alone for the full scope, which a bare key means too)."""
+        if self.collections is None:
+            return [ADMIN] if self.admin else [COLLECTIONS + EVERY]
+        return [COLLECTIONS + ",".join(sorted(self.collections)), *([ADMIN] if self.admin else [])]
+
+    def describe(self) -> str:
+        reads = "every collection" if self.collections is None else ", ".join(sorted(self.collections))
+        return f"{reads}{'; admin' if self.admin else ''}"
+
+
+FULL = Scope(None, True)
+
+
+def key_id(digest: bytes) -> str:
+    """A key's public name, from its digest: listed from a digest-only file and written to logs, never the key."""
+    return "key-" + digest.hex()[:12]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request that passed the key check."""
+
+    key_id: str
+    digest: bytes  # the identity of the key in fair share
+    scope: Scope
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One key of a key file. `key` is the key itself where the file holds it in clear, else None."""
+
+    digest: bytes
+    scope: Scope
+    key: str | None
+    line: int  # 1-based line number in its file, for errors and `revoke`
+    comment: str  # the line's comment ("" if none), shared by every key on the line
+
+    @property
+    def key_id(self) -> str:
+        return key_id(self.digest)
+
+    def caller(self) -> Caller:
+        return Caller(self.key_id, self.digest, self.scope)
 
 
 def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def _read_file(path: str) -> list[str]:
+def new_key() -> str:
+    return f"rl-{secrets.token_urlsafe(24)}"
+
+
+def _split(line: str) -> tuple[list[str], str]:
+    """(whitespace-separated tokens, comment) of one line; commas glue the keys and names they separate."""
+    code, _, comment = line.partition("#")
+    return _COMMA_RE.sub(",", code).split(), comment.strip()
+
+
+def _scope(tokens: list[str], at: str) -> Scope:
+    collections: frozenset[str] | None = None
+    admin = named = False
+    for token in tokens:
+        if token == ADMIN and not admin:
+            admin = True
+        elif token.startswith(COLLECTIONS) and not named:
+            named = True
+            names = token[len(COLLECTIONS):].split(",")
+            if names != [EVERY]:
+                try:
+                    collections = frozenset(check_name(n) for n in names)
+                except UserError as e:
+                    raise UserError(f"{at}: {e}") from None
+        else:
+            raise UserError(f"{at}: unknown or repeated scope {token!r} (scopes are `collections=a,b` "
+                            f"(or `collections=*`) and `admin`)")
+    if not named:
+        return FULL  # a bare key or `admin` alone: every collection, and admin
+    return Scope(collections, admin)
+
+
+def _key(token: str, at: str, clear_only: bool) -> tuple[bytes, str | None]:
+    """(digest, the key itself or None) of one key-or-digest token."""
+    if token.startswith(DIGEST_PREFIX):
+        hexed = token[len(DIGEST_PREFIX):].lower()
+        if clear_only:
+            raise UserError(f"{at}: a digest ({token[:16]}…) where only keys are taken (digests belong in a key file)")
+        if not _DIGEST_RE.fullmatch(hexed):
+            raise UserError(f"{at}: a bad digest ({token[:16]}…): a digest is `sha256:` and 64 hex digits")
+        return bytes.fromhex(hexed), None
+    if len(token) < MIN_KEY_CHARS:
+        raise UserError(f"{at}: an API key of {len(token)} characters; keys need at least {MIN_KEY_CHARS} (make "
+                        "one with `ragline keys create` or `openssl rand -hex 32`)")
+    return hashlib.sha256(token.encode()).digest(), token
+
+
+def parse(text: str, where: str, scoped: bool = True) -> list[Entry]:
+    """The entries of a key file (grammar in the module docstring). `#` starts a comment, removed before the line
+    is read, so a key on a comment line is never live. Errors name `where` and the line. `scoped=False` (the
+    RAGLINE_API_KEYS variable): keys in clear only, no scopes, so each has the full scope."""
+    entries: list[Entry] = []
+    seen: dict[bytes, int] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        at = f"{where} line {n}"
+        tokens, comment = _split(line)
+        if not tokens:
+            continue
+        if tokens[0] == ADMIN or tokens[0].startswith(COLLECTIONS):
+            raise UserError(f"{at}: a scope with no key before it")
+        if not scoped and tokens[1:]:
+            raise UserError(f"{at}: {tokens[1]!r}: only keys here (scopes belong in a key file)")
+        scope = _scope(tokens[1:], at)
+        for token in tokens[0].split(","):
+            if not token:
+                continue
+            d, key = _key(token, at, clear_only=not scoped)
+            if d in seen:
+                raise UserError(f"{at}: the same key as line {seen[d]} ({key_id(d)})")
+            seen[d] = n
+            entries.append(Entry(d, scope, key, n, comment))
+    return entries
+
+
+def entry_line(d: bytes, scope: Scope, comment: str = "") -> str:
+    """A key-file line for the digest `d` (no key in clear, so the file can be read without giving one away)."""
+    assert "\n" not in comment
+    return " ".join([DIGEST_PREFIX + d.hex(), *scope.tokens()]) + (f"  # {comment}" if comment else "")
+
+
+def without(text: str, where: str, kid: str) -> tuple[str, Entry]:
+    """`text` (a key file) with the key `kid` taken out, and its entry. A line holding several keys loses only that
+    key and keeps its scopes and comment; a line left with none goes, its comment with it. NotFound if absent."""
+    entries = parse(text, where)
+    gone = [e for e in entries if e.key_id == kid]
+    if not gone:
+        raise NotFound(f"no key {kid!r} in {where} (`ragline keys list` shows them)")
+    assert len(gone) == 1, f"two keys in {where} share the id {kid}"
+    target = gone[0]
+    lines = text.splitlines()
+    tokens, comment = _split(lines[target.line - 1])
+    kept = [t for t in tokens[0].split(",") if t and _key(t, where, False)[0] != target.digest]
+    if kept:
+        lines[target.line - 1] = " ".join([",".join(kept), *tokens[1:]]) + (f"  # {comment}" if comment else "")
+    else:
+        del lines[target.line - 1]
+    return "".join(line + "\n" for line in lines), target
+
+
+def hashes_env(entries: list[Entry]) -> str:
+    """RAGLINE_API_KEY_HASHES for `entries`: key-file lines of digests with their scopes, joined by `;` (an
+    environment variable holds one line well); no key in clear and no comment."""
+    return ";".join(entry_line(e.digest, e.scope) for e in entries)
+
+
+def parse_hashes(value: str) -> list[Entry]:
+    """The entries RAGLINE_API_KEY_HASHES carries: `hashes_env`'s form (entries as key-file lines of `sha256:`
+    digests, separated by `;` or newlines), or the form before scopes, comma-separated hex digests (full scope)."""
+    where = "RAGLINE_API_KEY_HASHES"
+    if DIGEST_PREFIX not in value:
+        value = ",".join(DIGEST_PREFIX + d.strip() for d in value.split(",") if d.strip())
+    entries = parse(value.replace(";", "\n"), where)
+    if any(e.key is not None for e in entries):
+        raise UserError(f"{where} holds a key in clear: it carries digests only (`sha256:<hex>`)")
+    return entries
+
+
+def _read_file(path: str) -> list[Entry]:
     p = Path(path).expanduser()
     if not p.is_file():
         raise NotFound(f"API key file {p} does not exist")
-    keys = parse(p.read_text(encoding="utf-8"), str(p))
-    if not keys:
+    entries = parse(p.read_text(encoding="utf-8"), str(p))
+    if not entries:
         raise UserError(f"API key file {p} holds no key")
-    return keys
+    return entries
 
 
-def load(storage: Storage, keys_file: str | None = None, create: bool = True) -> tuple[list[str], str, str | None]:
-    """(keys, where they come from, a key generated now or None). `keys_file` overrides the environment's file;
+def load_entries(storage: Storage, keys_file: str | None = None, create: bool = True
+                 ) -> tuple[list[Entry], str, str | None]:
+    """(entries, where they come from, a key generated now or None). `keys_file` overrides the environment's file;
     with no key anywhere, one is generated under the storage root (`create`) or that is an error."""
     if envs.RAGLINE_API_KEYS and not keys_file:
-        return parse(envs.RAGLINE_API_KEYS.replace(",", "\n"), "RAGLINE_API_KEYS"), "RAGLINE_API_KEYS", None
+        return parse(envs.RAGLINE_API_KEYS.replace(",", "\n"), "RAGLINE_API_KEYS", scoped=False), \
+            "RAGLINE_API_KEYS", None
     if path := keys_file or envs.RAGLINE_API_KEYS_FILE:
         return _read_file(path), str(Path(path).expanduser()), None
     if not create and not storage.exists(KEY_FILE):
         raise UserError(f"no API key: set RAGLINE_API_KEYS or RAGLINE_API_KEYS_FILE, or run `ragline serve` "
                         f"(it keeps one in {storage.path(KEY_FILE)})")
-    new = f"rl-{secrets.token_urlsafe(24)}"
+    new = new_key()
     created = storage.create_exclusive(KEY_FILE, (new + "\n").encode())
     if created and storage.is_local:
         os.chmod(storage.local_path(KEY_FILE), 0o600)
-    return parse(storage.read_bytes(KEY_FILE).decode(), storage.path(KEY_FILE)), storage.path(KEY_FILE), \
-        new if created else None
+    where = storage.path(KEY_FILE)
+    entries = parse(storage.read_bytes(KEY_FILE).decode(), where)
+    if not entries:
+        raise UserError(f"API key file {where} holds no key")
+    return entries, where, new if created else None
+
+
+def load(storage: Storage, keys_file: str | None = None, create: bool = True) -> tuple[list[str], str, str | None]:
+    """As `load_entries`, with the keys themselves: for a client of the endpoint (`ragline query`), which needs a
+    key it can send. UserError where the keys are there only as digests."""
+    entries, where, new = load_entries(storage, keys_file, create)
+    keys = [e.key for e in entries if e.key is not None]
+    if not keys:
+        raise UserError(f"{where} holds the API keys as digests only: give the key (--key)")
+    return keys, where, new
 
 
 class KeyRing:
-    """The digests of the accepted keys. With a local key file, the file is read again when it changes (looked
-    at once a second at most), so keys rotate without a restart; a file edited into an invalid state keeps the
-    keys it held before, and says why in the log."""
+    """The digests of the accepted keys with their scopes. With a local key file, the file is read again when it
+    changes (looked at once a second at most), so keys are added and revoked without a restart; a file edited
+    into an invalid state keeps the keys it held before, and says why in the log."""
 
-    def __init__(self, digests: list[str], path: str | None = None):
-        assert digests, "the API needs at least one key"
-        self.digests = [bytes.fromhex(d) for d in digests]
+    def __init__(self, callers: list[Caller], path: str | None = None):
+        assert callers, "the API needs at least one key"
+        self.callers = callers
         self.path = path
         self.mtime = os.stat(path).st_mtime_ns if path else 0
         self.checked = time.monotonic()
 
     @classmethod
     def of(cls, keys: list[str], path: str | None = None) -> KeyRing:
-        return cls([digest(k) for k in keys], path)
+        """Keys with the full scope (taken as given: length is a key file's rule)."""
+        digests = [hashlib.sha256(k.encode()).digest() for k in keys]
+        return cls([Caller(key_id(d), d, FULL) for d in digests], path)
+
+    @classmethod
+    def of_entries(cls, entries: list[Entry], path: str | None = None) -> KeyRing:
+        return cls([e.caller() for e in entries], path)
 
     def matches(self, presented: str) -> bool:
         return self.identify(presented) is not None
 
-    def identify(self, presented: str) -> bytes | None:
-        """The digest of `presented` when it is an accepted key (what identifies the caller), else None. Constant
-        time in the presented key: every digest is compared, with no early exit."""
+    def identify(self, presented: str) -> Caller | None:
+        """The caller whose key `presented` is, else None. Constant time in the presented key: every digest is
+        compared, with no early exit."""
         self._reload()
         h = hashlib.sha256(presented.encode()).digest()
-        found = False
-        for d in self.digests:
-            found |= hmac.compare_digest(h, d)
-        return h if found else None
+        found: Caller | None = None
+        for c in self.callers:
+            if hmac.compare_digest(h, c.digest):
+                found = c
+        return found
 
     def _reload(self) -> None:
         if self.path is None or time.monotonic() - self.checked < RELOAD_EVERY_S:
@@ -108,21 +314,20 @@ class KeyRing:
         try:
             mtime = os.stat(self.path).st_mtime_ns
             if mtime != self.mtime:
-                self.digests = [bytes.fromhex(digest(k)) for k in _read_file(self.path)]
+                self.callers = [e.caller() for e in _read_file(self.path)]
                 self.mtime = mtime
-                log.info("API keys reloaded from %s (%d keys)", self.path, len(self.digests))
+                log.info("API keys reloaded from %s (%d keys)", self.path, len(self.callers))
         except (OSError, ValueError) as e:  # the file is mid-edit or broken: keep serving with the keys we had
-            log.warning("API key file %s not reloaded, keeping %d keys: %s", self.path, len(self.digests), e)
+            log.warning("API key file %s not reloaded, keeping %d keys: %s", self.path, len(self.callers), e)
 
 
 def ring(storage: Storage, keys_file: str | None = None) -> tuple[KeyRing, str]:
     """The replica's KeyRing and where its keys came from: digests sent with the application
-    (RAGLINE_API_KEY_HASHES), else the keys `load` finds, following their file when it is local."""
+    (RAGLINE_API_KEY_HASHES), else the keys `load_entries` finds, following their file when it is local."""
     if envs.RAGLINE_API_KEY_HASHES and not keys_file:
-        return KeyRing([d.strip() for d in envs.RAGLINE_API_KEY_HASHES.split(",") if d.strip()]), \
-            "RAGLINE_API_KEY_HASHES"
-    keys, where, _ = load(storage, keys_file)
+        return KeyRing.of_entries(parse_hashes(envs.RAGLINE_API_KEY_HASHES)), "RAGLINE_API_KEY_HASHES"
+    entries, where, _ = load_entries(storage, keys_file)
     path: str | None = None if where == "RAGLINE_API_KEYS" else where
     if where == storage.path(KEY_FILE):
         path = str(storage.local_path(KEY_FILE)) if storage.is_local else None
-    return KeyRing.of(keys, path), where
+    return KeyRing.of_entries(entries, path), where

@@ -452,6 +452,14 @@ class ApiConfig(ConfigBase):
                                       "4xx keeps its key's fair-share slot after the response has gone: a client "
                                       "sending what the API refuses gets each answer at once but cannot fill its "
                                       "share with them (it matters only while other keys are active). 0: off.")
+    audit_dir: str | None = Field(default=None, description="Directory of the audit log (app/audit.py): a JSON line "
+                                  "per request that passed the key check or was refused with 401 (key id, route, "
+                                  "status, collection, chunk ids; never the key), one file per Ingress replica. "
+                                  "None: audit/ under a local storage root, else under the local cache.")
+    audit_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="Size at which an audit file is "
+                                 "rotated (renamed .1, the older ones shifted).")
+    audit_backups: int = Field(default=5, ge=1, description="Rotated audit files kept per replica; older ones are "
+                               "deleted (at least 1: with none, the standard library's handler never rotates).")
 
 
 class ServeConfig(ConfigBase):

@@ -15,9 +15,10 @@ RAY_ADDRESS: str = os.environ.get("RAY_ADDRESS", "")
 RAGLINE_CONFIG: str = os.environ.get("RAGLINE_CONFIG", "")
 #: Comma-separated bearer API keys for the HTTP endpoint.
 RAGLINE_API_KEYS: str = os.environ.get("RAGLINE_API_KEYS", "")
-#: A file holding API keys, one per line.
+#: A file holding API keys, one per line with its scopes (grammar in app/apikeys.py; `ragline keys` edits it).
 RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
-#: SHA-256 digests (hex, comma-separated) of the API keys: how `ragline serve` sends keys to replicas elsewhere.
+#: SHA-256 digests of the API keys with their scopes (`sha256:<hex> collections=a,b admin`, entries separated by `;`;
+#: comma-separated hex digests are full-scope keys): how `ragline serve` sends keys to replicas elsewhere.
 RAGLINE_API_KEY_HASHES: str = os.environ.get("RAGLINE_API_KEY_HASHES", "")
 #: Local cache for converted models. Default: ~/.cache/ragline
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")

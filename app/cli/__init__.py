@@ -4,7 +4,7 @@
 later, 1: the run failed), never a traceback; anything else is a bug and shows its traceback.
 
 One module per command group: `ingest`, `index` (index build, search), `serve` (serve, query, status), `train`,
-`models`, `eval`, `submit`, `demo`; `context` (config, storage, Ray) and `render` (output) serve them all."""
+`models`, `eval`, `submit`, `keys`, `demo`; `context` (config, storage, Ray) and `render` (output) serve them all."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from app.cli import demo, index, ingest, models, serve, submit, train
+from app.cli import demo, index, ingest, keys, models, serve, submit, train
 from app.cli import eval as evaluation  # the module, not the builtin
 from app.cli.context import main_options
 from app.cli.render import fail
@@ -33,6 +33,8 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(train_app, name="train")
 app.add_typer(models_app, name="models")
 app.add_typer(submit_app, name="submit")
+keys_app = typer.Typer(help="API keys of the HTTP endpoint and the collections each may read.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
 app.callback()(main_options)
 
 # in the order `ragline --help` lists them
@@ -54,6 +56,9 @@ eval_app.command("corpus")(evaluation.eval_corpus)
 for _name, _doc in submit.COMMANDS.items():
     submit_app.command(_name, context_settings={"ignore_unknown_options": True}, no_args_is_help=True)(
         submit.submit_command(_name, _doc))
+keys_app.command("create")(keys.keys_create)
+keys_app.command("list")(keys.keys_list)
+keys_app.command("revoke")(keys.keys_revoke)
 app.command()(demo.demo)
 
 

@@ -39,18 +39,18 @@ def serve(
         raise UserError("serving on a cluster needs the storage root its nodes share: give --storage "
                         "(s3://…, gs://… or an absolute path on a shared filesystem) or set RAGLINE_STORAGE")
     keys_file = str(api_keys_file) if api_keys_file else None
-    keys, where, new_key = apikeys.load(c.storage, keys_file)
+    entries, where, new_key = apikeys.load_entries(c.storage, keys_file)
     schema = serving.load_serve_config(serve_config, c.storage, c.config_file, c.overrides,
                                        None if on_cluster else keys_file, remote=on_cluster)
     if port is not None:
         schema.http_options.port = port
     # replicas may run on other machines: keys that are not under the shared storage root travel with the app,
-    # as digests (the dashboard shows a runtime_env)
+    # as digests with their scopes (the dashboard shows a runtime_env)
     if where == "RAGLINE_API_KEYS" or (on_cluster and keys_file):
         for application in schema.applications:
             env = (application.runtime_env or {}).get("env_vars", {})
             application.runtime_env = {**(application.runtime_env or {}), "env_vars": {
-                **env, "RAGLINE_API_KEY_HASHES": ",".join(apikeys.digest(k) for k in keys)}}
+                **env, "RAGLINE_API_KEY_HASHES": apikeys.hashes_env(entries)}}
     if not as_json:
         err.print(f"deploying {[a.name for a in schema.applications]} (the first start converts and loads models)")
     if on_cluster:

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from ray.util.metrics import Histogram
 
 from app import apikeys
+from app.audit import AuditLog, audit_dir
 from app.config import ApiConfig
 from app.rag.admission import Admission
 from app.rag.flow import RagFlow
@@ -37,7 +38,8 @@ def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator
               embedder: ServedEmbedder, storage: Storage, access: Access | None = None) -> Guard:
     """The guarded ASGI app. `generator`: the served generator's name (/v1/models); `max_new_tokens`: the most
     tokens an answer may take (what admission counts a request at); `storage`: the root whose runs and versions the
-    console shows; `access`: which collections exist (the Ingress refreshes it; made here if not given)."""
+    console shows, and under which a local audit log goes by default (`api.audit_dir`); `access`: which
+    collections exist (the Ingress refreshes it; made here if not given)."""
     app = FastAPI(title="Ragline", summary="Grounded answers over your documents", version="1")
     errors.install(app, retry_after_s=api.retry_after_s, timeout_s=api.request_timeout_s)
     admission = Admission(budget_s=api.generation_budget_s or api.request_timeout_s / 2,
@@ -48,5 +50,6 @@ def build_api(flow: RagFlow, api: ApiConfig, keys: apikeys.KeyRing, *, generator
         app.include_router(module.router(edge))
     app.include_router(console.router(edge, storage))
     share = FairShare(api.key_fair_share, api.key_max_waiting)
+    audit = AuditLog(audit_dir(api.audit_dir, storage), api.audit_max_bytes, api.audit_backups)
     return Guard(app, keys, api.max_body_bytes, share, api.retry_after_s, refusal_hold_s=api.key_refusal_hold_s,
-                 open_paths=console.OPEN_PATHS)
+                 open_paths=console.OPEN_PATHS, audit=audit)

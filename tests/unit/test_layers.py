@@ -19,8 +19,8 @@ LAYERS: list[set[str]] = [
     {"app.envs", "app.fusion", "app.demo_corpus", "app.config_files", "app.passage",
      "app.page_view"},  # env variables; pure helpers
     {"app.config", "app.storage", "app.raycluster", "app.hardware"},  # … and what this machine computes with
-    {"app.catalog", "app.tracking", "app.apikeys", "app.runs"},  # versions, runs and keys kept in storage
-    {"app.models", "app.dataset"},  # model roles; the files of a dataset version
+    {"app.catalog", "app.tracking", "app.runs", "app.collections"},  # versions, runs, collections' roots
+    {"app.models", "app.dataset", "app.apikeys", "app.audit"},  # model roles; a dataset's files; keys; audit log
     {"app.ingest", "app.index", "app.rag", "app.qa"},  # the pipeline, the index, the RAG flow, question sets
     {"app.indexing"},  # ingest → index build
     {"app.train", "app.eval"},
