@@ -10,6 +10,8 @@ does."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class ChunkRow(TypedDict):
     """One row of an index version's `chunks.parquet` (`app.dataset.CHUNK_COLUMNS`), as Arrow's `to_pylist` gives
-    it: `Passage`'s chunk fields plus the document's `metadata` (JSON text). tests/unit/test_passage.py holds the two
-    to the same names."""
+    it: `Passage`'s chunk fields (the document's `metadata` as JSON text, which the passage carries parsed) plus
+    `original`. tests/unit/test_passage.py holds the two to the same names."""
 
     chunk_id: str
     doc_id: str
@@ -32,7 +34,7 @@ class ChunkRow(TypedDict):
     section: str
     location: str
     original: str  # where the storage root keeps the original file (PDFs, to show their pages); "" if not kept
-    metadata: str
+    metadata: str  # the document's metadata, a JSON object ("{}" for most files; a record's other fields)
 
 
 def where(source: str, location: str) -> str:
@@ -69,9 +71,23 @@ class Passage(ChunkRef):
     rank: int = 0  # 1 for the retriever's best; 0: not retrieved (a gold passage put in by training)
     score: float = 0.0  # the retriever's
     rerank_score: float | None = None  # the cross-encoder's, once reranked
+    metadata: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="The document's metadata (a JSONL or table record's other fields, its "
+        "position in its file), the fields a search's metadata filter can name; scalar values only.")
 
     @classmethod
     def from_row(cls, row: ChunkRow, rank: int = 0, score: float = 0.0) -> Passage:
-        """A search hit from its row; the columns a passage does not carry (metadata) are ignored. Validating costs
-        what the dataclass it replaces cost to build (2.9 against 2.8 us; `model_construct` is slower, 8 us)."""
-        return cls.model_validate({**row, "rank": rank, "score": score})
+        """A search hit from its row; the columns a passage does not carry (original) are ignored. Validating costs
+        what the dataclass it replaces cost to build (2.9 against 2.8 us; `model_construct` is slower, 8 us), plus
+        parsing the metadata (a small JSON object)."""
+        return cls.model_validate({**row, "metadata": scalar_metadata(row["metadata"]), "rank": rank, "score": score})
+
+
+def scalar_metadata(text: str | None) -> dict[str, str | int | float | bool]:
+    """A row's metadata JSON as a passage carries it: the fields holding strings, numbers (finite) and booleans;
+    nested objects and lists are left out."""
+    data = json.loads(text) if text else {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items()
+            if isinstance(v, str | int | bool) or (isinstance(v, float) and math.isfinite(v))}

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from app.cli.context import Collection, Context
+from app.cli.context import Collection, Context, json_object
 from app.cli.render import out, print_hits, print_json
 from app.errors import UserError
 
@@ -34,11 +34,15 @@ def search(
     mode: Annotated[str | None, typer.Option(help="dense | lexical | hybrid. [default: search.mode]")] = None,
     k: Annotated[int | None, typer.Option("-k", help="Results. [default: search.top_k]")] = None,
     source: Annotated[list[str] | None, typer.Option(help="Only sources matching this glob (repeatable).")] = None,
+    where: Annotated[str | None, typer.Option(
+        "--where", metavar="JSON", help='Only chunks whose document metadata matches this filter, MongoDB-style: '
+        '\'{"department": "hr", "year": {"$gte": 2020}}\' ($eq $ne $in $nin $gt $gte $lt $lte $and $or).')] = None,
     index: Annotated[int | None, typer.Option(help="Index version. [default: latest]")] = None,
     collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Search the latest index version and print ranked chunks with their sources."""
+    """Search a collection's latest index version and print ranked chunks with their sources."""
+    from app.index.filters import parse_filter
     from app.index.search import Index, Searcher
 
     c: Context = ctx.obj
@@ -46,9 +50,11 @@ def search(
         raise UserError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
     if k is not None and not 1 <= k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, not {k}")
+    f = parse_filter(json_object(where, "--where"), "--where") if where is not None else None  # before the load
     searcher = Searcher(Index.load(c.collection(collection), index), c.cfg.search)
-    hits = searcher.search(question, mode, k, source)  # type: ignore[arg-type]
+    hits = searcher.search(question, mode, k, source, f)  # type: ignore[arg-type]
     if as_json:
         print_json({"index_version": searcher.index.version, "hits": [h.model_dump() for h in hits]})
         return
     print_hits(question, hits, searcher.index.version)
+

@@ -14,6 +14,7 @@ from typing import Literal
 
 import faiss
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
@@ -67,32 +68,39 @@ def dense_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, Den
     return index, params
 
 
-def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None) -> Manifest:
+def write_index_files(table: pa.Table, cfg: IndexConfig, include_title: bool, directory: Path) -> DenseParams:
+    """An index version's files in `directory` from its chunk rows (`CHUNK_COLUMNS` plus `embedding`, sorted):
+    `dense.faiss`, `bm25/` and `chunks.parquet`, row i of each the same chunk."""
     import bm25s
 
+    n = table.num_rows
+    vectors = np.asarray(table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False),
+                         dtype=np.float32).reshape(n, -1)
+    index, dense_params = dense_index(vectors, cfg)
+    texts = [embed_text(t, x, include_title) for t, x in
+             zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)]
+    bm25 = bm25s.BM25(k1=cfg.bm25_k1, b=cfg.bm25_b)
+    bm25.index(bm25s.tokenize(texts, stopwords=cfg.stopwords, show_progress=False), show_progress=False)
+    faiss.write_index(index, str(directory / "dense.faiss"))
+    bm25.save(str(directory / "bm25"), show_progress=False)
+    pq.write_table(table.select(CHUNK_COLUMNS), directory / "chunks.parquet")
+    return dense_params
+
+
+def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None) -> Manifest:
     catalog = Catalog(storage)
     dataset = catalog.resolve("datasets", dataset_version)
     t0 = time.perf_counter()
     table = load_chunks(storage, dataset)
     n = table.num_rows
     assert n > 0, f"dataset version {dataset.version} has no chunks"
-    vectors = np.asarray(table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False),
-                         dtype=np.float32).reshape(n, -1)
-    index, dense_params = dense_index(vectors, cfg.index)
     embed = dataset.config.get("embed", {})  # the dataset's IngestConfig.embed, as a dict
     include_title = bool(embed.get("include_title", True)) if isinstance(embed, dict) else True
-    texts = [embed_text(t, x, include_title) for t, x in
-             zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)]
-    bm25 = bm25s.BM25(k1=cfg.index.bm25_k1, b=cfg.index.bm25_b)
-    bm25.index(bm25s.tokenize(texts, stopwords=cfg.index.stopwords, show_progress=False), show_progress=False)
-    build_s = time.perf_counter() - t0
-
     staging = f"indexes/staging-{dataset.version}-{time.time_ns()}"
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        faiss.write_index(index, str(d / "dense.faiss"))
-        bm25.save(str(d / "bm25"), show_progress=False)
-        pq.write_table(table.select(CHUNK_COLUMNS), d / "chunks.parquet")
+        dense_params = write_index_files(table, cfg.index, include_title, d)
+        build_s = time.perf_counter() - t0
         written = storage.upload_dir(d, staging)
     manifest = Manifest(
         kind="indexes", version=0, created_at=now_iso(), parent=dataset.version, inputs=dataset.inputs,

@@ -1,5 +1,7 @@
 """Search an index version: dense (FAISS), lexical (BM25) or hybrid (weighted reciprocal rank fusion),
-top-k, optionally restricted to sources matching glob patterns."""
+top-k, optionally restricted to sources matching glob patterns and to documents whose metadata matches a filter
+(app/index/filters.py). A restriction is applied inside each search, not to its results: a filtered query's top k
+come from the matching chunks however far down the unfiltered ranking they are."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from app.catalog import Catalog, Manifest
 from app.config import SearchConfig
 from app.errors import Conflict, UserError
 from app.fusion import rrf
+from app.index.filters import Filter, Metadata
+from app.index.subsets import EXACT_FRACTION, Subsets
 from app.passage import ChunkRow, Passage
 from app.storage import Storage
 
@@ -103,6 +107,9 @@ class Index:
         self.ef_search: Any = dense_params.get("ef_search")  # hnsw indexes
         self.nprobe: Any = dense_params.get("nprobe")  # ivf indexes
         assert self.dense.ntotal == len(self.chunks), "index files disagree on the number of chunks"
+        if isinstance(self.dense, faiss.IndexIVF):
+            self.dense.make_direct_map()  # rows → list entries (8 bytes a vector), so that subsets can reconstruct
+        self.subsets = Subsets(self.dense)  # exact search of small allowed sets (a selective filter)
 
     @classmethod
     def load(cls, storage: Storage, version: int | None = None, verify: bool = True) -> Index:
@@ -120,10 +127,24 @@ class Index:
             storage.download_dir(rel, cache)
         return cls(manifest, cache)
 
-    def allowed(self, sources: list[str] | None) -> np.ndarray | None:
-        """Row ids (ascending) whose source matches any glob pattern (None: no filter)."""
-        if not sources:
-            return None
+    @functools.cached_property
+    def metadata(self) -> Metadata:
+        """The chunks' metadata, parsed the first time a search is filtered by it (a second of CPU at 100,000
+        documents, which an unfiltered index never pays). Building it twice at once wastes one build, nothing else.
+        It caches each filter's rows: living on this object, that cache is per index version (and per collection)
+        by construction, and goes when a newer version replaces this one."""
+        return Metadata(self.chunks.table.column("metadata"))
+
+    def allowed(self, sources: list[str] | None, where: Filter | None = None) -> np.ndarray | None:
+        """Row ids (ascending) whose source matches any glob pattern and whose document matches `where` (None: no
+        restriction)."""
+        by_source = self._source_rows(sources) if sources else None
+        by_filter = self.metadata.rows(where) if where is not None else None
+        if by_source is None or by_filter is None:
+            return by_filter if by_source is None else by_source
+        return np.intersect1d(by_source, by_filter, assume_unique=True)
+
+    def _source_rows(self, sources: list[str]) -> np.ndarray:
         match = _source_matcher(tuple(sorted(set(sources))))
         rows = [r for s, r in self.rows_of_source.items() if match(s)]
         return np.sort(np.concatenate(rows)) if rows else np.empty(0, dtype=np.int64)
@@ -132,15 +153,32 @@ class Index:
         k = min(k, len(self.chunks) if allowed is None else len(allowed))
         if k <= 0:
             return []
-        sel = faiss.IDSelectorBatch(allowed) if allowed is not None else None
+        query = vector.reshape(1, -1).astype(np.float32)
+        if allowed is not None and self.subsets.fits(allowed):
+            return self.subsets.search(query[0], k, allowed)  # exact: an ANN index loses the few allowed rows
+        sel, share = None, 1.0
+        if allowed is not None:
+            # a packed bitmap over all rows: 3.7 against 4.1 ms per query with IDSelectorBatch (a hash set it
+            # builds per query) on a flat index of 100,000 at 10% selectivity, 0.25 against 0.36 ms at 1%
+            bitmap = np.zeros(len(self.chunks), dtype=bool)
+            bitmap[allowed] = True
+            # faiss: bit i&7 of byte i>>3; its Python wrapper takes the array (the stubs know only the C signature)
+            sel = faiss.IDSelectorBitmap(np.packbits(bitmap, bitorder="little"))  # type: ignore[call-arg,arg-type]
+            share = max(len(allowed), 1) / len(self.chunks)
         if isinstance(self.dense, faiss.IndexHNSW):
+            # HNSW with a selector kept its recall down to EXACT_FRACTION allowed; a smaller set is here only when
+            # too large to copy (big vectors): widen the beam by what is missing, up to 8x
+            ef = int(max(self.ef_search, k) * min(8.0, max(1.0, EXACT_FRACTION / share)))
             # faiss's bundled stubs lack the search-parameter classes and their SWIG keyword arguments
-            params: Any = faiss.SearchParametersHNSW(sel=sel, efSearch=max(self.ef_search, k))  # type: ignore[attr-defined]
+            params: Any = faiss.SearchParametersHNSW(sel=sel, efSearch=ef)  # type: ignore[attr-defined]
         elif isinstance(self.dense, faiss.IndexIVF):
-            params = faiss.SearchParametersIVF(sel=sel, nprobe=self.nprobe)  # type: ignore[call-arg]
+            # probe 1/share as many lists (up to 8x), so that about as many allowed rows are scored as an unfiltered
+            # search scores rows (rows outside the selector are skipped before their distance is computed)
+            nprobe = min(self.dense.nlist, int(self.nprobe * min(8.0, 1.0 / share)))
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)  # type: ignore[call-arg]
         else:
             params = faiss.SearchParameters(sel=sel)  # type: ignore[call-arg]
-        scores, ids = self.dense.search(vector.reshape(1, -1).astype(np.float32), k, params=params)
+        scores, ids = self.dense.search(query, k, params=params)
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def lexical_search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
@@ -160,9 +198,10 @@ class Index:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
 
     def search(self, query: str, vector: np.ndarray | None, mode: Mode, k: int, cfg: SearchConfig,
-               sources: list[str] | None = None) -> list[Passage]:
-        """`vector` is the query's normalised embedding (needed for dense and hybrid)."""
-        allowed = self.allowed(sources)
+               sources: list[str] | None = None, where: Filter | None = None) -> list[Passage]:
+        """`vector` is the query's normalised embedding (needed for dense and hybrid); `sources` (globs) and
+        `where` (a parsed metadata filter) restrict the chunks searched."""
+        allowed = self.allowed(sources, where)
         if mode == "lexical":
             ranked = self.lexical_search(query, k, allowed)
         else:
@@ -207,9 +246,9 @@ class Searcher:
         return self.encoder.encode(queries)
 
     def search(self, query: str, mode: Mode | None = None, k: int | None = None,
-               sources: list[str] | None = None) -> list[Passage]:
+               sources: list[str] | None = None, where: Filter | None = None) -> list[Passage]:
         if not query.strip():
             raise UserError("the question is empty")
         mode = mode or self.cfg.mode
         vector = None if mode == "lexical" else self.embed([query])[0]
-        return self.index.search(query, vector, mode, k or self.cfg.top_k, self.cfg, sources)
+        return self.index.search(query, vector, mode, k or self.cfg.top_k, self.cfg, sources, where)

@@ -65,8 +65,3 @@ class Access:
             raise Forbidden(f"{request.url.path} needs an admin key (this key, {caller.key_id}, reads collections "
                             "only)")
         return caller
-
-    @staticmethod
-    def returned(request: Request, chunk_ids: list[str]) -> None:
-        """The chunk ids a response carries, for the audit log."""
-        request.state.chunk_ids = chunk_ids

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 from app import collections
 from app.rag.flow import Answer
 from app.rag.protocol import Finished, Generation
-from deployments.api.access import COLLECTION_MODEL, Access
+from deployments.api.access import COLLECTION_MODEL
 from deployments.api.edge import Edge, sse
 from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses, streamed
 from deployments.api.views import (
@@ -29,6 +29,7 @@ from deployments.api.views import (
     citations,
     meta,
 )
+from deployments.guard import record_read
 from deployments.schemas import ChatCompletionRequest
 
 
@@ -69,7 +70,7 @@ def router(edge: Edge) -> APIRouter:
                 context = await flow.context(search, timings)
                 out = await flow.answer(question, context, generation, timings)
                 ticket.finish(out.finished.completion_tokens)
-                Access.returned(request, [p.chunk_id for p in out.passages])
+                record_read(request, search.collection, [p.chunk_id for p in out.passages])
                 choice = ChatChoice(index=0, message=AssistantMessage(content=out.text.strip()),
                                     finish_reason=out.finished.finish_reason)
                 return ChatCompletion(id=cid, created=created, model=edge.generator, choices=[choice],
@@ -89,7 +90,7 @@ def router(edge: Edge) -> APIRouter:
 
         async def events() -> AsyncIterator[bytes]:
             context = await flow.context(search, timings)
-            Access.returned(request, [p.chunk_id for p in context.passages])
+            record_read(request, search.collection, [p.chunk_id for p in context.passages])
             yield chunk([ChunkChoice(index=0, delta=ChunkDelta(role="assistant", content=""), finish_reason=None)])
             async for piece in flow.stream(question, context, generation, timings):
                 if not isinstance(piece, Answer):

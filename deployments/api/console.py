@@ -22,7 +22,7 @@ from deployments.api.access import Access
 from deployments.api.edge import Edge
 from deployments.api.errors import responses
 from deployments.api.views import CollectionInfo, CollectionList
-from deployments.guard import caller_of
+from deployments.guard import caller_of, record_read
 
 PAGE = Path(__file__).resolve().parents[1] / "console"
 ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}  # what /console/<name> serves
@@ -48,7 +48,7 @@ def router(edge: Edge, storage: Storage) -> APIRouter:
 
     async def source(request: Request, chunk_id: str, collection: str) -> Source:
         s = await edge.flow.source(chunk_id, edge.access.open(request, collection))
-        Access.returned(request, [chunk_id])
+        record_read(request, collection, [chunk_id])
         return s
 
     @r.get("/v1/chunks/{chunk_id}", response_model=Source, responses=responses(401, 404, 422, 500, 503, 504))

@@ -11,10 +11,10 @@ from fastapi.responses import StreamingResponse
 
 from app.rag.flow import Answer
 from app.rag.protocol import Generation, QueryResponse, Usage
-from deployments.api.access import Access
 from deployments.api.edge import Edge, sse
 from deployments.api.errors import STAGE_ERRORS, responses, streamed
 from deployments.api.views import citations, meta
+from deployments.guard import record_read
 from deployments.schemas import QueryRequest
 
 
@@ -37,7 +37,7 @@ def router(edge: Edge) -> APIRouter:
             context = await flow.context(search, timings)
             out = await flow.answer(req.question, context, generation, timings)
             ticket.finish(out.finished.completion_tokens)
-            Access.returned(request, [p.chunk_id for p in out.passages])
+            record_read(request, search.collection, [p.chunk_id for p in out.passages])
             timings["total"] = (time.perf_counter() - t0) * 1e3
             f = out.finished
             return QueryResponse(answer=out.text.strip(), finish_reason=f.finish_reason,
@@ -50,7 +50,7 @@ def router(edge: Edge) -> APIRouter:
 
         async def events() -> AsyncIterator[bytes]:
             context = await flow.context(search, timings)
-            Access.returned(request, [p.chunk_id for p in context.passages])
+            record_read(request, search.collection, [p.chunk_id for p in context.passages])
             async for piece in flow.stream(req.question, context, generation, timings):
                 if not isinstance(piece, Answer):
                     yield sse("token", {"text": piece.text})

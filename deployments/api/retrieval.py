@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from app import collections
 from app.errors import UserError
-from deployments.api.access import COLLECTION_MODEL, Access
+from deployments.api.access import COLLECTION_MODEL
 from deployments.api.edge import Edge
 from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses
 from deployments.api.views import (
@@ -21,6 +21,7 @@ from deployments.api.views import (
     RerankResult,
     RetrieveResponse,
 )
+from deployments.guard import record_read
 from deployments.schemas import EmbeddingsRequest, RerankRequest, RetrieveRequest
 
 
@@ -35,7 +36,7 @@ def router(edge: Edge) -> APIRouter:
                              collection=req.collection, where=req.filter)
         timings: dict[str, float] = {}
         found = await edge.deadline(edge.flow.retrieve(search, timings))
-        Access.returned(request, [h.chunk_id for h in found.hits])
+        record_read(request, found.collection, [h.chunk_id for h in found.hits])
         return RetrieveResponse(collection=found.collection, index_version=found.index_version, mode=found.mode,
                                 hits=found.hits,
                                 timings_ms={**found.timings_ms, "total": round(timings["retrieve"], 2)})

@@ -45,7 +45,8 @@ def test_query_over_http_cites_the_planted_document(served):
 
 def test_the_official_openai_client_works(served):
     client = OpenAI(base_url=f"{served.url}/v1", api_key=served.key, timeout=120)
-    assert {m.id for m in client.models.list()} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
+    assert {m.id for m in client.models.list()} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2", "ragline/default",
+                                                    "ragline/hr"}
     done = client.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=24,
                                           messages=[{"role": "user", "content": QUESTION}])
     assert done.choices[0].message.content and done.usage.completion_tokens > 0
