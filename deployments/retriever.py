@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-from app.index.filters import Filter
 from ray import serve
 from ray.util.metrics import Gauge
 
@@ -26,6 +25,7 @@ from app import collections, hardware
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
 from app.errors import NotFound, NotReady, RaglineError, Unavailable
+from app.index.filters import Filter
 from app.index.search import Index, Mode
 from app.models import embedder
 from app.rag.protocol import Embedded, Retrieved, Search, Source
@@ -179,7 +179,7 @@ class Retriever:
     async def _retrieve(self, s: Search) -> Retrieved:
         index = await self._serving(s.collection)  # kept by this request even if a swap happens meanwhile
         if s.where is not None:  # a field no document has: this request's 422, before it joins a batch
-            index.check_filter(s.where)
+            await asyncio.to_thread(index.allowed, s.sources, s.where)  # cached: the search reuses the rows
         q = Query(index, s.collection, s.query, cast(Mode, s.mode or self.cfg.mode), s.k or self.cfg.top_k,
                   s.sources, s.where)
         vector, embed_ms = (None, 0.0) if q.mode == "lexical" else await self._embed((_key(index), q.text))

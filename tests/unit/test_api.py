@@ -16,7 +16,7 @@ from app import apikeys
 from app.config import ServeConfig
 from app.errors import NotFound, NotReady
 from app.rag.flow import RagFlow
-from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved, Source
+from app.rag.protocol import Delta, Embedded, Finished, Fitted, Passage, Ranking, Retrieved, Search, Source
 from app.storage import Storage
 from deployments.api import build_api
 from deployments.readiness import GeneratorReady, RerankerReady, RetrieverReady, Unanswered
@@ -72,7 +72,8 @@ class FakeStages:
         if chunk_id != HIT.chunk_id:
             raise NotFound(f"chunk {chunk_id!r} is not in collection {collection!r}")
         document = f"{HIT.text} Lions watch them from the bank."
-        return Source(collection=collection, index_version=3, chunk_id=HIT.chunk_id, doc_id=HIT.doc_id, source=HIT.source, title=HIT.title,
+        return Source(collection=collection, index_version=3, chunk_id=HIT.chunk_id, doc_id=HIT.doc_id,
+                      source=HIT.source, title=HIT.title,
                       chunk_index=0, start_char=HIT.start_char, end_char=HIT.end_char, document=document)
 
     async def ready(self):
@@ -190,7 +191,7 @@ def test_chat_completions_openai_shapes(client):
 
 def test_models_embeddings_retrieve_rerank(client, stages):
     models = client.get("/v1/models", headers=AUTH).json()
-    assert {m["id"] for m in models["data"]} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2"}
+    assert {m["id"] for m in models["data"]} == {"SmolLM2-135M-Instruct", "all-MiniLM-L6-v2", "ragline/default"}
     emb = client.post("/v1/embeddings", headers=AUTH, json={"input": ["a", "b"], "model": "all-MiniLM-L6-v2"}).json()
     assert [d["index"] for d in emb["data"]] == [0, 1] and emb["data"][0]["embedding"] == [0.5, -0.25, 1.0]
     b64 = client.post("/v1/embeddings", headers=AUTH, json={"input": "a", "encoding_format": "base64"}).json()
@@ -387,7 +388,8 @@ def test_a_cited_chunk_opens_in_its_document(client):
     body = r.json()
     assert body["document"][body["start_char"]:body["end_char"]] == HIT.text
     assert (body["doc_id"], body["title"], body["source"], body["index_version"]) == ("zebra", "Zebras", HIT.source, 3)
-    assert "not in index version 3" in error(client.get("/v1/chunks/nope", headers=AUTH), 404, "not_found")["message"]
+    assert "not in collection 'default'" in error(client.get("/v1/chunks/nope", headers=AUTH), 404,
+                                                 "not_found")["message"]
     error(client.get(f"/v1/chunks/{'x' * 200}", headers=AUTH), 422, "invalid_request")
 
 

@@ -13,9 +13,11 @@ from fastapi.testclient import TestClient
 
 from app import apikeys
 from app.config import ServeConfig
+from app.rag.flow import RagFlow
 from app.storage import Storage
+from deployments.api import build_api
 from deployments.readiness import LoadedCollection, RetrieverReady
-from tests.unit.test_api import FakeStages, serve_api
+from tests.unit.test_api import FakeStages, WordCounter
 
 ADMIN = "admin-key-0123456789abcdef"
 HR = "hr-reader-key-0123456789"
@@ -49,7 +51,9 @@ def client(stages, storage):
     cfg.api.request_timeout_s = 2
     cfg.api.key_refusal_hold_s = 0  # the timing test sends refused requests back to back
     keys = apikeys.KeyRing.of_entries(apikeys.parse(f"{ADMIN}\n{HR} collections=hr\n", "keys"))
-    return TestClient(serve_api(stages, cfg, keys, storage), raise_server_exceptions=False)
+    api = build_api(RagFlow(stages, candidates=0), cfg.api, keys, generator="SmolLM2-135M-Instruct",
+                    max_new_tokens=cfg.generator.max_new_tokens, embedder=WordCounter(), storage=storage)
+    return TestClient(api, raise_server_exceptions=False)
 
 
 def calls(client: TestClient, collection: str, headers: dict[str, str]) -> dict[str, object]:

@@ -26,7 +26,8 @@ def test_a_row_and_a_passage_name_the_same_chunk_fields():
 def test_a_cited_source_is_a_chunk_with_its_document():
     from app.rag.protocol import Source
 
-    assert set(Source.model_fields) - {"index_version", "document", "original"} == set(ChunkRef.model_fields)
+    assert set(Source.model_fields) - {"collection", "index_version", "document", "original"} == set(
+        ChunkRef.model_fields)
     assert set(ChunkRef.model_fields) < set(Passage.model_fields)
 
 
