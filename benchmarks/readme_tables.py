@@ -324,6 +324,30 @@ def sync_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def filter_table(r: dict[str, Any], source: str) -> str:
+    names = [n for n in r["modes"]["dense"] if n != "unfiltered"]
+    lines = [
+        f"{r['chunks']:,} chunks (dense index: {r['dense_index']['type']}), {r['queries']} queries, top {r['k']}, "
+        f"each mode unfiltered and filtered in turns; median of {r['repeats']} repeats of the mean ms per query "
+        f"(`{r['command'].strip()}`, {r['date']}, {source}). Recall: of the top {r['k']} against an exact search "
+        "with the same filter:",
+        "",
+        "| mode | unfiltered ms | " + " | ".join(f"{n} ms | ratio | recall" for n in names) + " | recall unfiltered |",
+        "|---|---|" + "---|---|---|" * len(names) + "---|",
+    ]
+    for mode, label in MODE_NAMES.items():
+        m = r["modes"][mode]
+        cells = " | ".join(f"{m[n]['ms']:.2f} | {m[n]['ratio']:.2f} | {m[n]['recall@10']:.3f}" for n in names)
+        label = label.replace(" (MiniLM)", "")  # synthetic vectors here
+        lines.append(f"| {label} | {m['unfiltered']['ms']:.2f} | {cells} | {m['unfiltered']['recall@10']:.3f} |")
+    first = ", ".join(f"{n} {ms:.1f} ms" for n, ms in r["first_search_ms"].items() if n != "unfiltered")
+    lines += ["", f"The metadata of the {r['documents']:,} documents is parsed on the first filtered search "
+              f"({r['metadata_s']:.2f} s); a filter's first dense search, which computes its rows (and copies its "
+              f"vectors when it is searched exactly), took {first}. Goal: filtered ≤ 2.0x unfiltered per mode, "
+              "recall as unfiltered."]
+    return "\n".join(lines)
+
+
 def _cell(text: str) -> str:
     """Text (an error message) inside a table cell: one line, no column separators."""
     return " ".join(text.split()).replace("|", "\\|")
@@ -443,13 +467,13 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "serve_profile": serve_profile_table, "ci": ci_table,
                                                            "documents": documents_table,
                                                            "documents_quality": documents_quality_table,
-                                                           "sync": sync_table}
+                                                           "sync": sync_table, "filter": filter_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
            "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
            "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py",
-           "sync": "sync_bench.py"}
+           "sync": "sync_bench.py", "filter": "filter_bench.py"}
 
 
 def _filled(body: str) -> Callable[[re.Match[str]], str]:

@@ -110,7 +110,8 @@ class _Parser:
                 subs = tuple(self.node(v, f"{at}[{i}]", depth + 1) for i, v in enumerate(value))
                 parts.append(And(subs) if key == "$and" else Or(subs))
             elif isinstance(key, str) and key.startswith("$"):
-                raise UserError(f"{at}: unknown operator {key!r} (a field's: {' '.join(OPS)}; of filters: $and $or)")
+                raise UserError(f"{path}: unknown operator {_show(key)} (of filters: $and $or; of a field's values: "
+                                f"{' '.join(OPS)})")
             elif not isinstance(key, str) or not FIELD_NAME.fullmatch(key):
                 raise UserError(f"{path}: {_show(key)} is not a field name (letters, digits, _ . -; at most 64, "
                                 "not starting with a digit)")
@@ -126,7 +127,7 @@ class _Parser:
         out: list[Filter] = []
         for op, v in value.items():
             if op not in OPS:
-                raise UserError(f"{path}: unknown operator {op!r} (one of {' '.join(OPS)})")
+                raise UserError(f"{path}: unknown operator {_show(op)} (one of {' '.join(OPS)})")
             out.append(self.cond(name, op, v, path))
         return out
 
