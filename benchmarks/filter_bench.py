@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from app.catalog import EmbedderInfo, Manifest
     from app.config import IndexConfig, SearchConfig
+    from app.filters import parse_filter
     from app.index.build import write_index_files
-    from app.index.filters import parse_filter
     from app.index.search import Index
 
     t0 = time.perf_counter()

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import cast
 
@@ -25,7 +24,7 @@ from app import collections, hardware
 from app.catalog import Catalog
 from app.config import RetrieverConfig, SearchConfig
 from app.errors import NotFound, NotReady, RaglineError, Unavailable
-from app.index.filters import Filter
+from app.filters import Filter
 from app.index.search import Index, Mode
 from app.models import embedder
 from app.rag.protocol import Embedded, Retrieved, Search, Source
@@ -79,8 +78,10 @@ class Retriever:
     def __init__(self, storage: str, search: SearchConfig, cfg: RetrieverConfig, poll_interval_s: float):
         self.cfg, self.rcfg = search, cfg
         self.root = Storage(storage)
-        # collection → its served index, least recently used first (moved to the end on each use)
-        self.indexes: OrderedDict[str, Index] = OrderedDict()
+        # collection → its served index. Keys are added and removed only under `lock` (loads, evictions); requests
+        # only read it and stamp `used`, so they never wait for a load of another collection.
+        self.indexes: dict[str, Index] = {}
+        self.used: dict[str, float] = {}  # collection → when a request last used it (time.monotonic)
         self.sizes: dict[str, int] = {}  # collection → index_bytes of its served index
         self.lock = threading.Lock()  # loads: one at a time, so two requests for a cold collection load it once
         self.encoders: dict[str, embedder.Encoder] = {}  # _key(index's embedder) → its loaded encoder
@@ -117,7 +118,7 @@ class Retriever:
             if key not in self.encoders:
                 self.encoders[key] = embedder.for_index(index.manifest.embedder)
             self.indexes[collection] = index  # the swap: one reference assignment, atomic for the requests after
-            self.indexes.move_to_end(collection)
+            self.used[collection] = time.monotonic()
             self.sizes[collection] = index_bytes(index)
             self._evict(keep=collection)
             self.version_gauge.set(index.version, tags={"collection": collection})
@@ -127,7 +128,8 @@ class Retriever:
     def _evict(self, keep: str) -> None:
         """Unloads what `evictions` names. Requests searching an unloaded index keep their reference and finish
         on it."""
-        for victim in evictions([(c, self.sizes[c]) for c in self.indexes], self.rcfg.memory_budget_mb * MIB, keep):
+        by_use = sorted(self.indexes, key=lambda c: self.used.get(c, 0.0))
+        for victim in evictions([(c, self.sizes[c]) for c in by_use], self.rcfg.memory_budget_mb * MIB, keep):
             del self.indexes[victim], self.sizes[victim]
             log.info("unloaded collection %s (memory budget %d MiB)", victim, self.rcfg.memory_budget_mb)
 
@@ -146,8 +148,7 @@ class Retriever:
         if index is None:
             raise NotReady(f"collection {collection!r} has no index version yet: run `ragline ingest --collection "
                            f"{collection} PATH` first")
-        if collection in self.indexes:
-            self.indexes.move_to_end(collection)
+        self.used[collection] = time.monotonic()
         return index
 
     def _encode(self, items: list[tuple[str, str]]) -> list[tuple[np.ndarray, float]]:

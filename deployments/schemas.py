@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from app.index.filters import FILTER_DOC, parse_filter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from app import collections
+from app.filters import FILTER_DOC, parse_filter
 
 MIN_TEMPERATURE = 0.01  # below it (but above 0, which is greedy) logits / temperature overflow to inf
 

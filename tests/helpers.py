@@ -116,20 +116,26 @@ def write_corpus(d: Path) -> dict[str, int]:
             "exact_duplicate": 1, "duplicate_id": 0, "near_duplicate": 1, "files": 7, "unreadable_files": 1}
 
 
-HR_LEAVE = ("annual leave policy: staff accrue {n} days of annual leave a year; the leave policy lets unused "
-            "annual leave carry over, and leave requests go to the people team")
+HR_LEAVE = [  # distinct enough that deduplication keeps each
+    "Annual leave policy: staff accrue twenty days of annual leave a year, booked through the people team.",
+    "The annual leave policy lets unused leave carry over into the first quarter of the next year.",
+    "Parental leave sits beside annual leave in the policy: sixteen weeks, paid in full.",
+    "Annual leave requests need two weeks of notice under the leave policy; managers approve them.",
+    "Sick leave does not count against annual leave; the policy asks for a note after three days.",
+    "Part-time staff accrue annual leave pro rata, as the leave policy's table shows by contract hours.",
+]
 
 
 def write_hr_corpus(d: Path) -> int:
     """The `hr` collection's corpus: records with metadata (department, year, published). Six strong matches of
-    "annual leave policy" in department hr, one weak one in legal (a filtered search must still find it: it is
-    not in the unfiltered top 6), one in finance. Returns the number of documents."""
+    "annual leave policy" in department hr, one weak one in legal (only "policy": a filtered search must still find
+    it, far down the unfiltered ranking), one in finance. Returns the number of documents."""
     d.mkdir(parents=True, exist_ok=True)
-    docs = [{"id": f"hr-{i}", "title": f"Leave policy {i}", "text": HR_LEAVE.format(n=20 + i), "department": "hr",
+    docs = [{"id": f"hr-{i}", "title": f"Leave policy {i}", "text": HR_LEAVE[i], "department": "hr",
              "year": 2019 + i, "published": f"{2019 + i}-03-0{i + 1}"} for i in range(6)]
     docs.append({"id": "legal-1", "title": "Vendor contracts", "department": "legal", "year": 2018,
-                 "published": "2018-11-20", "text": "The legal team reviews vendor contracts before signature; "
-                 "questions about annual leave go elsewhere."})
+                 "published": "2018-11-20", "text": "The legal team reviews vendor contracts before signature, "
+                 "under the procurement policy."})
     docs.append({"id": "finance-1", "title": "Expenses", "department": "finance", "year": 2024,
                  "published": "2024-01-15", "text": "Expense reports must be filed within thirty days of travel."})
     with (d / "handbook.jsonl").open("w") as f:

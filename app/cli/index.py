@@ -42,7 +42,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Search a collection's latest index version and print ranked chunks with their sources."""
-    from app.index.filters import parse_filter
+    from app.filters import parse_filter
     from app.index.search import Index, Searcher
 
     c: Context = ctx.obj

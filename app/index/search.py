@@ -1,6 +1,6 @@
 """Search an index version: dense (FAISS), lexical (BM25) or hybrid (weighted reciprocal rank fusion),
 top-k, optionally restricted to sources matching glob patterns and to documents whose metadata matches a filter
-(app/index/filters.py). A restriction is applied inside each search, not to its results: a filtered query's top k
+(app/filters.py). A restriction is applied inside each search, not to its results: a filtered query's top k
 come from the matching chunks however far down the unfiltered ranking they are."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from app.catalog import Catalog, Manifest
 from app.config import SearchConfig
 from app.errors import Conflict, UserError
+from app.filters import Filter, Metadata
 from app.fusion import rrf
-from app.index.filters import Filter, Metadata
 from app.index.subsets import EXACT_FRACTION, Subsets
 from app.passage import ChunkRow, Passage
 from app.storage import Storage

@@ -15,7 +15,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from app import collections
-from app.index.filters import Filter
+from app.filters import Filter
 from app.passage import ChunkRef, Passage
 
 Message = dict[str, str]  # a chat turn: {"role", "content"}

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from app.index.filters import Filter, parse_filter
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
 from app.config import ApiConfig
 from app.errors import RaglineError, UserError
+from app.filters import Filter, parse_filter
 from app.rag.admission import Admission, Ticket
 from app.rag.flow import RagFlow
 from app.rag.protocol import Generation, Search

@@ -258,7 +258,7 @@ async function openPassage(cite) {
   panel.hidden = false;
   try {
     const s = await (await api(`/v1/chunks/${encodeURIComponent(cite.chunk_id)}?collection=` +
-      encodeURIComponent(cite.collection))).json();
+      encodeURIComponent(cite.collection ?? collection()))).json();
     $("passage-meta").textContent = `[${cite.n}] ${s.source}${s.location ? ` ${s.location}` : ""} · document ${s.doc_id} · chunk ${s.chunk_index} ` +
       `(characters ${s.start_char}–${s.end_char}) · score ${Number(cite.score).toFixed(3)} · index v${s.index_version}`;
     const mark = el("mark", { id: "cited-span", text: s.document.slice(s.start_char, s.end_char) });

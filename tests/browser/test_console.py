@@ -61,6 +61,10 @@ def test_ask_streams_a_cited_answer_and_opens_the_cited_span(served, page):
     page.wait_for_selector("#ask:not([hidden])")
     assert page.evaluate("sessionStorage.getItem('ragline.apiKey')") == served.key
     assert served.key not in page.url
+    # the collections this key may read (all: it is the store's first key), the default chosen
+    page.wait_for_function("document.querySelectorAll('#collection option').length == 2")
+    assert page.eval_on_selector_all("#collection option", "os => os.map(o => o.value)") == ["default", "hr"]
+    assert page.input_value("#collection") == "default"
 
     # count the answer's text updates while it is still streaming: tokens arrive one SSE event at a time
     page.evaluate("""() => { window.updates = 0; new MutationObserver(() => {

@@ -1,4 +1,4 @@
-"""Metadata filters: the language (app/index/filters.py), its evaluation over an index's metadata column, and
+"""Metadata filters: the language (app/filters.py), its evaluation over an index's metadata column, and
 searches that apply it inside FAISS and BM25 (app/index/search.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from app.catalog import EmbedderInfo, Manifest
 from app.config import IndexConfig, SearchConfig
 from app.dataset import CHUNK_SCHEMA
 from app.errors import UserError
+from app.filters import MAX_CONDITIONS, MAX_DEPTH, And, Cond, Metadata, Or, canonical, parse_filter
 from app.index.build import write_index_files
-from app.index.filters import MAX_CONDITIONS, MAX_DEPTH, And, Cond, Metadata, Or, canonical, parse_filter
 from app.index.search import Index
 
 DOCS = [

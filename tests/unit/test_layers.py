@@ -17,7 +17,7 @@ from pathlib import Path
 LAYERS: list[set[str]] = [
     {"app", "app.errors"},  # `app` is the package's own __init__ (its version)
     {"app.envs", "app.fusion", "app.demo_corpus", "app.config_files", "app.passage",
-     "app.page_view"},  # env variables; pure helpers
+     "app.page_view", "app.filters"},  # env variables; pure helpers (filters: the metadata filter language)
     {"app.config", "app.storage", "app.raycluster", "app.hardware"},  # … and what this machine computes with
     {"app.catalog", "app.tracking", "app.runs", "app.collections"},  # versions, runs, collections' roots
     {"app.models", "app.dataset", "app.apikeys", "app.audit"},  # model roles; a dataset's files; keys; audit log
