@@ -1,10 +1,11 @@
-"""README tables are generated from the benchmark results files, never typed by hand.
+"""Benchmark tables are generated from the benchmark results files, never typed by hand.
 
     .venv/bin/python benchmarks/readme_tables.py          rewrite each table from the latest results file
-    .venv/bin/python benchmarks/readme_tables.py --check  exit 1 if the README differs from what the files give
+    .venv/bin/python benchmarks/readme_tables.py --check  exit 1 if a page differs from what the files give
 
-Each table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in README.md, and is rendered from the
-newest `benchmarks/results/NAME-<date>.json`.
+Each full table sits between `<!-- table:NAME -->` and `<!-- /table:NAME -->` in docs/benchmarks.md, and is
+rendered from the newest `benchmarks/results/NAME-<date>.json` of each CPU level; the README keeps only the headline
+numbers, between `<!-- table:headline -->` and `<!-- /table:headline -->`, rendered from the same files.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if str(ROOT) not in sys.path:  # run as a script: `app` for the scale table
     sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "benchmarks.md"  # the full tables
 MODE_NAMES = {"dense": "dense (MiniLM)", "lexical": "BM25", "hybrid": "hybrid (RRF)"}
 
 
@@ -492,9 +494,52 @@ def render(readme: str, results: Path = RESULTS, names: tuple[str, ...] = tuple(
         body = "\n\n".join(parts)
         pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
         if not pattern.search(readme):
-            raise ValueError(f"README.md has no <!-- table:{name} --> … <!-- /table:{name} --> block")
+            raise ValueError(f"the page has no <!-- table:{name} --> … <!-- /table:{name} --> block")
         readme = pattern.sub(_filled(body), readme)
     return readme
+
+
+def headline(results: Path = RESULTS) -> str:
+    """The README's few numbers, each from the newest results file of the fastest CPU level measured, each linking
+    to its full table in docs/benchmarks.md."""
+    def newest(name: str) -> dict[str, Any]:
+        return json.loads(latest_per_cpu(name, results)[0].read_text())
+
+    rows = []
+    r = newest("ingest")
+    rows.append(("Ingest (Ray Data pipeline against a plain script, first 1,000 SciFact documents)",
+                 f"{r['speedup']:.2f}x as fast", cpu_level(r), "ingest"))
+    r = newest("sync")
+    rows.append((f"`ragline ingest --sync` of a {r['change']:.0%} change to {r['documents']:,} documents, against a "
+                 "full rebuild", f"{1 / r['ratio']:.1f}x as fast", cpu_level(r), "sync"))
+    r = newest("serve")
+    rows.append(("Ray Serve's overhead on `/v1/retrieve` (p50, sequential)",
+                 f"{r['ratios']['serve_overhead_retrieve_p50_ms']:.1f} ms", cpu_level(r), "serving"))
+    r = newest("generate")
+    rows.append(("vLLM against transformers, streamed `/v1/query` at 32 clients",
+                 f"{r['ratios']['query_tokens_per_s_x32']:.1f}x the tokens/s", cpu_level(r), "generation"))
+    r = newest("answers")
+    best = max(r["runs"].values(), key=lambda x: x["f1"])
+    rows.append((f"SQuAD answers F1, fine-tuned `{best['generator']}` against the plain RAG prompt",
+                 f"{best['f1']:.1f} against {r['runs']['plain']['f1']:.1f}", cpu_level(r), "answers"))
+    r = newest("quality")
+    h = r["median"]
+    rows.append(("SciFact nDCG@10, hybrid search reranked as served (hybrid alone)",
+                 f"{h['hybrid+rerank']['ndcg@10']:.3f} ({h['hybrid']['ndcg@10']:.3f})", cpu_level(r),
+                 "retrieval-quality"))
+    r = newest("documents_quality")
+    rows.append(("Questions answered from PDFs against the same text as JSONL (top 5 found)",
+                 f"{r['ratios']['pdf_over_jsonl']:.3f}x", cpu_level(r), "documents"))
+    lines = ["| measured | result | CPU level |", "|---|---|---|"]
+    lines += [f"| [{what}](docs/benchmarks.md#{anchor}) | {value} | {level} |" for what, value, level, anchor in rows]
+    return "\n".join(lines)
+
+
+def render_headline(readme: str, results: Path = RESULTS) -> str:
+    pattern = re.compile(r"(<!-- table:headline -->\n).*?(<!-- /table:headline -->)", re.S)
+    if not pattern.search(readme):
+        raise ValueError("README.md has no <!-- table:headline --> … <!-- /table:headline --> block")
+    return pattern.sub(_filled(headline(results)), readme)
 
 
 def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
@@ -507,12 +552,13 @@ def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
 
 def publish(name: str, result: dict[str, Any]) -> Path:
     """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>.json and rewrites
-    the README's NAME table from it; returns the file."""
+    table NAME of docs/benchmarks.md and the README's headline from it; returns the file."""
     result = with_hardware(result)
     path = RESULTS / f"{name}-{result['date']}-{result['hardware']['level']}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
-    README.write_text(render(README.read_text(), names=(name,)))
-    print(f"written to {path}; README table {name} rewritten")
+    PAGE.write_text(render(PAGE.read_text(), names=(name,)))
+    README.write_text(render_headline(README.read_text()))
+    print(f"written to {path}; table {name} of docs/benchmarks.md and the README's headline rewritten")
     return path
 
 
@@ -528,17 +574,20 @@ def save(name: str, result: dict[str, Any], out: Path | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="only compare; exit 1 where the README is stale")
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 where a page is stale")
     args = ap.parse_args(argv)
-    text = README.read_text()
-    new = render(text)
+    pages = {PAGE: render(PAGE.read_text()), README: render_headline(README.read_text())}
+    stale = [path.relative_to(ROOT) for path, new in pages.items() if new != path.read_text()]
     if args.check:
-        if new != text:
-            print("README.md tables differ from benchmarks/results: run benchmarks/readme_tables.py", file=sys.stderr)
+        if stale:
+            print(f"{', '.join(map(str, stale))}: tables differ from benchmarks/results: run "
+                  "benchmarks/readme_tables.py", file=sys.stderr)
             return 1
         return 0
-    README.write_text(new)
-    print(f"README.md tables rewritten from {', '.join(latest(n).name for n in TABLES)}")
+    for path, new in pages.items():
+        path.write_text(new)
+    print(f"docs/benchmarks.md and the README's headline rewritten from "
+          f"{', '.join(latest(n).name for n in TABLES)}")
     return 0
 
 

@@ -1,6 +1,8 @@
-"""README tables are what the committed benchmark results give (benchmarks/readme_tables.py)."""
+"""The benchmark tables (docs/benchmarks.md) and the README's headline numbers are what the committed benchmark
+results give (benchmarks/readme_tables.py)."""
 
 import json
+import re
 
 import pytest
 
@@ -40,9 +42,29 @@ def test_a_missing_block_or_results_file_is_a_clear_error(tmp_path):
         readme_tables.render("no block here", tmp_path, ("quality",))
 
 
-def test_the_readme_matches_the_committed_results():
+def test_the_docs_and_the_readme_match_the_committed_results():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert readme_tables.render(page) == page, "run benchmarks/readme_tables.py"
     readme = (ROOT / "README.md").read_text()
-    assert readme_tables.render(readme) == readme, "run benchmarks/readme_tables.py"
+    assert readme_tables.render_headline(readme) == readme, "run benchmarks/readme_tables.py"
+
+
+def test_the_readme_keeps_headline_numbers_only_and_links_each_to_its_full_table():
+    readme = (ROOT / "README.md").read_text()
+    assert "<!-- table:quality -->" not in readme and "<!-- table:headline -->" in readme
+    anchors = re.findall(r"\(docs/benchmarks\.md#([a-z0-9-]+)\)", readme)
+    headings = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+                for h in re.findall(r"^## (.+)$", (ROOT / "docs" / "benchmarks.md").read_text(), re.M)}
+    assert len(anchors) >= 5 and set(anchors) <= headings
+
+
+def test_the_headline_is_rendered_from_the_newest_files(tmp_path):
+    for f in readme_tables.RESULTS.glob("*.json"):
+        (tmp_path / f.name).write_text(f.read_text())
+    ingest = json.loads(readme_tables.latest_per_cpu("ingest")[0].read_text())
+    (tmp_path / "ingest-2099-01-01.json").write_text(json.dumps({**ingest, "speedup": 9.87}))
+    out = readme_tables.render_headline("x\n<!-- table:headline -->\nold\n<!-- /table:headline -->\n", tmp_path)
+    assert "9.87x as fast" in out and "old" not in out
 
 
 def test_a_rerun_on_another_cpu_adds_its_table_and_each_names_its_cpu(tmp_path):
