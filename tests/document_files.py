@@ -124,6 +124,42 @@ def docx_file() -> bytes:
     return out.getvalue()
 
 
+def docx_extras_file() -> bytes:
+    """A paragraph with a text box drawn both ways (DrawingML, VML fallback), a header, a footer that only numbers
+    the page, a second section repeating the header, a first-page footer, and a comment."""
+    import docx
+    from docx.enum.section import WD_SECTION
+    from docx.oxml import parse_xml
+
+    document = docx.Document()
+    document.core_properties.title = "Field Notes"
+    document.add_paragraph("Zebras cross at dawn.")
+    anchor = document.add_paragraph("See the box.")
+    box = ('<w:txbxContent><w:p><w:r><w:t>Boxed: 210000 zebras</w:t></w:r></w:p>'
+           '<w:p><w:r><w:t>counted from the air</w:t></w:r></w:p></w:txbxContent>')
+    anchor._p.append(parse_xml(
+        '<w:r xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main" '
+        'xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006" '
+        'xmlns:wps="http://schemas.microsoft.com/office/word/2010/wordprocessingShape" '
+        'xmlns:v="urn:schemas-microsoft-com:vml"><mc:AlternateContent><mc:Choice Requires="wps"><w:drawing>'
+        f'<wps:wsp><wps:txbx>{box}</wps:txbx></wps:wsp></w:drawing></mc:Choice><mc:Fallback><w:pict><v:shape>'
+        f'<v:textbox>{box}</v:textbox></v:shape></w:pict></mc:Fallback></mc:AlternateContent></w:r>'))
+    comment_on = document.add_paragraph("Crocodiles wait.")
+    document.add_comment(comment_on.runs, text="Which river?", author="Bob")
+    section = document.sections[0]
+    section.header.paragraphs[0].text = "Ranger Handbook"
+    section.footer.paragraphs[0].text = "Page 1 of 2"
+    section.different_first_page_header_footer = True
+    section.first_page_footer.paragraphs[0].text = "Draft, do not share"
+    second = document.add_section(WD_SECTION.NEW_PAGE)
+    second.header.is_linked_to_previous = False
+    second.header.paragraphs[0].text = "Ranger Handbook"  # the same as the first section's: once
+    document.add_paragraph("Second section.")
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
 def pptx_file() -> bytes:
     """Three slides: bullets with notes, a table, a title only."""
     from pptx import Presentation
@@ -143,6 +179,29 @@ def pptx_file() -> bytes:
             table.cell(r, c).text = value
     slide = presentation.slides.add_slide(presentation.slide_layouts[5])
     slide.shapes.title.text = "Questions"
+    out = io.BytesIO()
+    presentation.save(out)
+    return out.getvalue()
+
+
+def pptx_chart_file() -> bytes:
+    """A slide with a titled column chart of two series over two years."""
+    from pptx import Presentation
+    from pptx.chart.data import CategoryChartData
+    from pptx.enum.chart import XL_CHART_TYPE
+    from pptx.util import Inches
+
+    presentation = Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[5])
+    slide.shapes.title.text = "Herds"
+    data = CategoryChartData()
+    data.categories = ["2023", "2024"]
+    data.add_series("Zebras", (200000, 210000.5))
+    data.add_series("Gnus", (1300000, None))
+    chart = slide.shapes.add_chart(XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(1), Inches(2), Inches(6), Inches(4),
+                                   data).chart
+    chart.has_title = True
+    chart.chart_title.text_frame.text = "Herd sizes"
     out = io.BytesIO()
     presentation.save(out)
     return out.getvalue()
@@ -332,3 +391,188 @@ def msg_file(subject: str, body: str, attachments: Sequence[tuple[str, bytes]] =
         streams[f"{storage}/__substg1.0_3707001F"] = utf16(name)
         streams[f"{storage}/__substg1.0_37010102"] = data
     return cfb(streams)
+
+
+# --- OpenDocument, EPUB, RTF (zips and text built by hand) ---
+
+ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+          'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+          'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
+          'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+          'xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0" '
+          'xmlns:meta="urn:oasis:names:tc:opendocument:xmlns:meta:1.0" xmlns:dc="http://purl.org/dc/elements/1.1/"')
+ODF_META = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-meta {ODF_NS}><office:meta>'
+            '<dc:title>Great Migrations</dc:title><dc:creator>Ranger Ann</dc:creator><dc:subject>Herds</dc:subject>'
+            '<meta:keyword>zebra</meta:keyword><meta:keyword>river</meta:keyword>'
+            '<meta:creation-date>2024-07-01T09:30:00.123</meta:creation-date><dc:date>2024-07-02T10:00:00Z</dc:date>'
+            '</office:meta></office:document-meta>')
+
+
+def zip_file(members: dict[str, str | bytes], mimetype: str | None = None) -> bytes:
+    """A zip with `mimetype` first and stored (as OpenDocument and EPUB have it), then `members` deflated."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        if mimetype is not None:
+            archive.writestr("mimetype", mimetype, compress_type=zipfile.ZIP_STORED)
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def odf_file(kind: str, body: str, meta: str = ODF_META) -> bytes:
+    """An OpenDocument file of `kind` ("text", "spreadsheet", "presentation") whose office:body holds `body`."""
+    content = (f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {ODF_NS} office:version="1.3">'
+               f'<office:body><office:{kind}>{body}</office:{kind}></office:body></office:document-content>')
+    manifest = ('<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE manifest:manifest PUBLIC "-//OpenOffice.org//DTD '
+                'Manifest 1.0//EN" "Manifest.dtd"><manifest:manifest '
+                'xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"/>')  # as OpenOffice 2 wrote it
+    return zip_file({"content.xml": content, "meta.xml": meta, "META-INF/manifest.xml": manifest},
+                    f"application/vnd.oasis.opendocument.{kind}")
+
+
+def odt_file() -> bytes:
+    """Headings two levels deep, a paragraph with spaces, a tab, a footnote and a comment, a list, a table with a
+    merged cell and a text box."""
+    return odf_file("text", (
+        '<text:h text:outline-level="1">Zebras</text:h>'
+        '<text:p>Zebras<text:s text:c="2"/>cross<text:tab/>the river.<text:note text:note-class="footnote">'
+        '<text:note-citation>1</text:note-citation><text:note-body><text:p>Every July.</text:p></text:note-body>'
+        '</text:note><office:annotation><dc:creator>Bob</dc:creator><text:p>Check the month.</text:p>'
+        '</office:annotation></text:p>'
+        '<text:list><text:list-item><text:p>Stripes</text:p></text:list-item>'
+        '<text:list-item><text:p>Hooves</text:p><text:list><text:list-item><text:p>Hard</text:p></text:list-item>'
+        '</text:list></text:list-item></text:list>'
+        '<text:h text:outline-level="2">Numbers</text:h>'
+        '<table:table table:name="Herds"><table:table-header-rows><table:table-row>'
+        '<table:table-cell table:number-columns-spanned="2"><text:p>Herd</text:p></table:table-cell>'
+        '<table:covered-table-cell/><table:table-cell><text:p>Note</text:p></table:table-cell></table:table-row>'
+        '</table:table-header-rows><table:table-row><table:table-cell><text:p>2024</text:p></table:table-cell>'
+        '<table:table-cell><text:p>210000</text:p></table:table-cell><table:table-cell><text:p>wet</text:p>'
+        '</table:table-cell></table:table-row></table:table>'
+        '<text:p><draw:frame><draw:text-box><text:p>Boxed fact.</text:p></draw:text-box></draw:frame></text:p>'
+        '<text:section><text:h text:outline-level="1">Predators</text:h><text:p>Crocodiles wait.</text:p>'
+        '</text:section>'))
+
+
+def ods_file() -> bytes:
+    """Two sheets: Herds (a header, a row with an empty cell in the middle, rows repeated and padded as
+    LibreOffice writes them) and an empty one."""
+    def cell(value: str = "", repeat: int = 1) -> str:
+        attr = f' table:number-columns-repeated="{repeat}"' if repeat > 1 else ""
+        return f"<table:table-cell{attr}><text:p>{value}</text:p></table:table-cell>" if value else \
+            f"<table:table-cell{attr}/>"
+
+    def row(*cells: str, repeat: int = 1) -> str:
+        attr = f' table:number-rows-repeated="{repeat}"' if repeat > 1 else ""
+        return f"<table:table-row{attr}>{''.join(cells)}</table:table-row>"
+
+    return odf_file("spreadsheet", (
+        '<table:table table:name="Herds">'
+        + row(cell("Year"), cell("Zebras"), cell("Place"), cell(repeat=16381))
+        + row(cell("2023"), cell(), cell("Mara"), cell(repeat=16381))
+        + row(cell("2024"), cell("210000"), cell(repeat=16382), repeat=2)
+        + row(cell(repeat=16384), repeat=1048572)
+        + '</table:table><table:table table:name="Empty">' + row(cell(repeat=1024), repeat=1048576)
+        + "</table:table>"))
+
+
+def odp_file() -> bytes:
+    """Two slides: a title, bullets and notes; a title only."""
+    def frame(cls: str, *paragraphs: str) -> str:
+        return (f'<draw:frame presentation:class="{cls}"><draw:text-box>'
+                + "".join(f"<text:p>{p}</text:p>" for p in paragraphs) + "</draw:text-box></draw:frame>")
+
+    return odf_file("presentation", (
+        '<draw:page draw:name="page1">' + frame("title", "Migration") + frame("outline", "Zebras lead", "Gnus follow")
+        + '<presentation:notes><draw:frame><draw:text-box><text:p>Mention the river.</text:p></draw:text-box>'
+        '</draw:frame></presentation:notes></draw:page>'
+        '<draw:page draw:name="page2">' + frame("title", "Questions") + "</draw:page>"))
+
+
+def epub_file(version: int = 3) -> bytes:
+    """An EPUB (3 with a nav document, or 2 with an NCX): a cover without text, two chapters whose spine order is
+    not their manifest order, one of them in a folder with a space in its name."""
+    chapter = ('<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE html><html xmlns="http://www.w3.org/1999/xhtml">'
+               '<head><title>{title}</title><style>p {{ color: red }}</style></head><body>{body}</body></html>')
+    members: dict[str, str | bytes] = {
+        "META-INF/container.xml": '<?xml version="1.0"?><container version="1.0" '
+        'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile full-path="OEBPS/book.opf" '
+        'media-type="application/oebps-package+xml"/></rootfiles></container>',
+        "OEBPS/cover.xhtml": chapter.format(title="Cover", body='<img src="cover.png" alt=""/>'),
+        "OEBPS/text one/c1.xhtml": chapter.format(title="One", body="<section><header><h1>Crossing</h1></header>"
+                                                 "<p>The herd crosses at dawn.</p><p>Zebras first.</p></section>"),
+        "OEBPS/c2.xhtml": chapter.format(title="Two", body="<h2>Waiting</h2><p>Crocodiles wait.</p>"),
+    }
+    toc = ""
+    nav_item = ""
+    if version == 3:
+        members["OEBPS/nav.xhtml"] = chapter.format(title="Contents", body=(
+            '<nav epub:type="toc" xmlns:epub="http://www.idpf.org/2007/ops"><ol>'
+            '<li><a href="text%20one/c1.xhtml#start">1. The Crossing</a></li></ol></nav>'))
+        nav_item = '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+    else:
+        members["OEBPS/toc.ncx"] = (
+            '<?xml version="1.0"?><!DOCTYPE ncx PUBLIC "-//NISO//DTD ncx 2005-1//EN" '
+            '"http://www.daisy.org/z3986/2005/ncx-2005-1.dtd"><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" '
+            'version="2005-1"><navMap><navPoint id="n1" playOrder="1"><navLabel><text>1. The Crossing</text>'
+            '</navLabel><content src="text%20one/c1.xhtml"/></navPoint></navMap></ncx>')
+        nav_item = '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
+        toc = ' toc="ncx"'
+    members["OEBPS/book.opf"] = (
+        f'<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="{version}.0">'
+        '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:title>Great Migrations</dc:title>'
+        '<dc:creator>Ranger Ann</dc:creator><dc:creator>Bob</dc:creator><dc:language>en</dc:language></metadata>'
+        f'<manifest>{nav_item}<item id="c2" href="c2.xhtml" media-type="application/xhtml+xml"/>'
+        '<item id="c1" href="text%20one/c1.xhtml" media-type="application/xhtml+xml"/>'
+        '<item id="cover" href="cover.xhtml" media-type="application/xhtml+xml"/>'
+        '<item id="css" href="style.css" media-type="text/css"/></manifest>'
+        f'<spine{toc}><itemref idref="cover"/><itemref idref="c1"/><itemref idref="css"/><itemref idref="c2"/>'
+        '</spine></package>')
+    return zip_file(members, "application/epub+zip")
+
+
+RTF = (rb"{\rtf1\ansi\ansicpg1252\deff0{\fonttbl{\f0 Arial;}}{\colortbl;\red255\green0\blue0;}"
+       rb"{\info{\title Great Migrations}{\author Ranger Ann}{\creatim\yr2024\mo7\dy1\hr9\min30}}"
+       rb"{\*\generator Riched20;}\f0\fs24 Zebras cross the river in July.\par" b"\r\n"
+       rb"Caf\'e9 by the \b Mara\b0 , \u8364? 5.\par}")
+
+# MS-OXRTFCP's initial dictionary: a compressed RTF may refer into it from its first byte
+RTF_PREBUF = (b"{\\rtf1\\ansi\\mac\\deff0\\deftab720{\\fonttbl;}{\\f0\\fnil \\froman \\fswiss \\fmodern \\fscript "
+              b"\\fdecor MS Sans SerifSymbolArialTimes New RomanCourier{\\colortbl\\red0\\green0\\blue0\r\n\\par "
+              b"\\pard\\plain\\f0\\fs20\\b\\i\\u\\tab\\tx")
+
+
+def compressed_rtf(rtf: bytes) -> bytes:
+    """`rtf` as MS-OXRTFCP "LZFu" compressed RTF: a reference into the initial dictionary where the next 3+ bytes
+    are in it (only while nothing has overwritten it), else a literal; then the end marker."""
+    tokens: list[bytes | tuple[int, int]] = []
+    at = 0
+    while at < len(rtf):
+        best = (0, 0)
+        if len(RTF_PREBUF) + at + 17 < 4096:
+            for length in range(min(17, len(rtf) - at), 2, -1):
+                if (offset := RTF_PREBUF.find(rtf[at:at + length])) >= 0:
+                    best = (offset, length)
+                    break
+        if best[1]:
+            tokens.append(best)
+            at += best[1]
+        else:
+            tokens.append(rtf[at:at + 1])
+            at += 1
+    tokens.append(((len(RTF_PREBUF) + len(rtf)) % 4096, 2))  # the end: a reference to the write position
+    body = b""
+    for i in range(0, len(tokens), 8):
+        group = tokens[i:i + 8]
+        control = sum(1 << bit for bit, token in enumerate(group) if isinstance(token, tuple))
+        body += bytes([control])
+        for token in group:
+            body += token if isinstance(token, bytes) else struct.pack(">H", token[0] << 4 | (token[1] - 2))
+    return struct.pack("<IIII", len(body) + 12, len(rtf), 0x75465A4C, 0) + body
+
+
+def msg_rtf_only(subject: str, rtf: bytes) -> bytes:
+    """An Outlook MSG whose only body is compressed RTF (PR_RTF_COMPRESSED), as for a message written in rich
+    text."""
+    return cfb({"__properties_version1.0": bytes(32), "__substg1.0_0037001F": subject.encode("utf-16-le"),
+                "__substg1.0_10090102": compressed_rtf(rtf)})

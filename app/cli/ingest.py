@@ -52,10 +52,11 @@ def ingest(
 ) -> None:
     """Ingest documents through the IngestService and print the run's report.
 
-    Reads PDF (OCR for scanned pages), DOCX, PPTX, XLSX, CSV, EML and MSG (attachments too), images (OCR), JSONL,
-    Parquet, text, Markdown and HTML, each file's type known by its content. A file that cannot be read is
-    quarantined with its reason; an unsupported one is reported as skipped, with its type. A directory holding
-    _delta_log is a Delta Lake table: its rows are the documents (ingest.delta names the columns).
+    Reads PDF (OCR for scanned pages), DOCX, PPTX, XLSX, ODT, ODS, ODP, EPUB, RTF, CSV, EML and MSG (attachments
+    too), images (OCR), JSONL, Parquet, text, Markdown and HTML, each file's type known by its content. A file that
+    cannot be read is quarantined with its reason; an unsupported one is reported as skipped, with its type. A
+    directory holding _delta_log is a Delta Lake table: its rows are the documents (ingest.delta names the
+    columns).
 
     Run it again on the same paths to bring the corpus up to date: unchanged files are not read, a changed file's
     documents replace its old ones (a file that no longer parses keeps them), and with --sync deleted files take

@@ -23,14 +23,24 @@ from app.ingest.parse import Doc, Unreadable, joined_text
 from app.page_view import render_page
 from tests.document_files import (
     BILLION_LAUGHS,
+    RTF,
     cfb,
+    compressed_rtf,
+    docx_extras_file,
     docx_file,
     eml,
     encrypted,
+    epub_file,
     msg_file,
+    msg_rtf_only,
     nested_eml,
+    odf_file,
+    odp_file,
+    ods_file,
+    odt_file,
     png,
     png_bomb,
+    pptx_chart_file,
     pptx_file,
     rezip,
     table_pdf,
@@ -84,6 +94,9 @@ def only(docs: list[Doc]) -> Doc:
     ("a.md", b"# Hi", "markdown"),
     ("a.htm", b"<p>hi</p>", "html"),
     ("a.txt", b"hello", "text"),
+    ("notes.txt", b"{\\rtf1\\ansi hello}", "rtf"),  # by its magic
+    ("notes", b"\r\n {\\rtf1 hello}", "rtf"),
+    ("a.rtf", b"plain words", "rtf"),  # extension second: its parser says what is wrong
     ("a.xyz", b"hello", None),
     ("a.xyz", b"\x00\x01\x02", None),
 ])
@@ -92,7 +105,8 @@ def test_detect_by_content_then_extension(name, data, fmt):
 
 
 def test_detect_office_zips_whole_or_by_their_head():
-    for build, fmt in ((docx_file, "docx"), (pptx_file, "pptx"), (xlsx_file, "xlsx")):
+    for build, fmt in ((docx_file, "docx"), (pptx_file, "pptx"), (xlsx_file, "xlsx"), (odt_file, "odt"),
+                       (ods_file, "ods"), (odp_file, "odp"), (epub_file, "epub")):
         data = build()
         assert detect("upload", data) == fmt  # the central directory, whatever the name
         assert detect("upload", data[:8192]) == fmt  # only the head: the local headers' member names
@@ -102,6 +116,15 @@ def test_detect_office_zips_whole_or_by_their_head():
         archive.writestr("readme.txt", "hello")
     assert detect("bundle.zip", plain.getvalue()) is None
     assert detect("report.docx", plain.getvalue()[:10]) == "docx"  # no member name in the head: the extension
+    assert detect("book.epub", plain.getvalue()[:10]) == "epub"
+    # a mimetype that is not first (or compressed) is read from the central directory
+    late = io.BytesIO()
+    with zipfile.ZipFile(late, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("content.xml", "<x/>")
+        archive.writestr("mimetype", "application/vnd.oasis.opendocument.spreadsheet")
+    assert detect("upload", late.getvalue()) == "ods"
+    drawing = odf_file("drawing", "")  # OpenDocument, but not a kind Ragline reads
+    assert detect("upload", drawing) is None and describe("upload", drawing[:8192]) == "OpenDocument file"
 
 
 @pytest.mark.parametrize(("head", "what"), [
@@ -125,7 +148,8 @@ def test_describe_unknown_text_names_its_extension():
 
 
 def test_document_formats():
-    assert set(DOCUMENT_FORMATS) == {"pdf", "docx", "pptx", "xlsx", "csv", "eml", "msg", "image"}
+    assert set(DOCUMENT_FORMATS) == {"pdf", "docx", "pptx", "xlsx", "odt", "ods", "odp", "epub", "rtf", "csv", "eml",
+                                     "msg", "image"}
     with pytest.raises(ValueError, match="not a document format"):
         parse_document("markdown", "a.md", b"# hi", CFG)
 
@@ -245,6 +269,112 @@ def test_docx_custom_style_based_on_a_heading_is_a_heading():
     assert doc["title"] == "Field Notes"  # the core properties' title first
     assert [(p["section"], p["text"]) for p in doc["parts"]] == [("", "Before any heading."),
                                                                   ("Rivers", "Rivers\nDeep water.")]
+
+
+def test_docx_text_boxes_headers_footers_and_comments():
+    doc = only(parse_document("docx", "n.docx", docx_extras_file(), CFG))
+    assert [(p["section"], p["text"]) for p in doc["parts"]] == [
+        # the text box after its paragraph, once (not again from its VML fallback)
+        ("", "Zebras cross at dawn.\nSee the box.\nBoxed: 210000 zebras\ncounted from the air\nCrocodiles wait.\n"
+             "Second section."),
+        # the second section's header repeats the first's; "Page 1 of 2" only numbers the page
+        ("Headers and footers", "Ranger Handbook\nDraft, do not share"),
+        ("Comments", "Bob: Which river?"),
+    ]
+
+
+def test_docx_malformed_xml_is_unreadable_with_a_reason():
+    import zipfile
+    data = docx_file()
+    xml = zipfile.ZipFile(io.BytesIO(data)).read("word/document.xml")
+    for broken, error in ((xml.replace(b'<w:pStyle w:val="Heading1"/>', b"<w:pStyle/>"), "InvalidXmlError"),
+                          (xml.replace(b"<w:tcW", b"<w:vMerge/><w:tcW", 1), "ValueError: no tr above topmost tr"),
+                          (xml.replace(b'<w:gridSpan w:val="2"/>', b'<w:gridSpan w:val="x"/>'), "ValueError")):
+        with pytest.raises(Unreadable, match=f"^malformed docx: {error}"):
+            parse_document("docx", "d.docx", rezip(data, {"word/document.xml": broken}), CFG)
+
+
+def test_pptx_chart_title_categories_and_a_line_per_series():
+    doc = only(parse_document("pptx", "c.pptx", pptx_chart_file(), CFG))
+    assert [p["text"] for p in doc["parts"]] == [
+        "Herds\nChart: Herd sizes\nCategories: 2023, 2024\nZebras: 200000, 210000.5\nGnus: 1300000, –"]
+
+
+def test_odt_sections_lists_tables_notes_boxes_comments_and_meta():
+    doc = only(parse_document("odt", "o.odt", odt_file(), CFG))
+    assert (doc["title"], doc["unit"]) == ("Great Migrations", "")
+    assert meta(doc) == {"format": "odt", "author": "Ranger Ann", "subject": "Herds", "keywords": "zebra, river",
+                         "created": "2024-07-01T09:30:00.123000", "modified": "2024-07-02T10:00:00"}
+    assert [(p["section"], p["text"]) for p in doc["parts"]] == [
+        ("Zebras", "Zebras\nZebras  cross\tthe river. [Every July.]\n- Stripes\n- Hooves\n- Hard"),
+        ("Zebras › Numbers", "Numbers\nHerd | Note\n2024 | 210000 | wet\nBoxed fact."),
+        ("Predators", "Predators\nCrocodiles wait."),  # inside a text:section
+        ("Comments", "Bob: Check the month."),
+    ]
+    untitled = only(parse_document("odt", "u.odt", odf_file("text", '<text:h text:outline-level="1">Rivers</text:h>',
+                                                                     meta="<x/>"), CFG))
+    assert (untitled["title"], meta(untitled)) == ("Rivers", {"format": "odt"})
+
+
+def test_ods_a_part_per_sheet_padding_not_expanded_and_odp_a_part_per_slide():
+    t0 = time.perf_counter()
+    sheet = only(parse_document("ods", "s.ods", ods_file(), CFG))
+    assert time.perf_counter() - t0 < 1.0  # a million padding rows and 16k padding columns: never written out
+    assert (sheet["unit"], meta(sheet)["sheets"]) == ("sheet", 2)
+    assert [(p["section"], p["text"]) for p in sheet["parts"]] == [
+        ("Herds", "Year: 2023; Place: Mara\nYear: 2024; Zebras: 210000\nYear: 2024; Zebras: 210000")]
+    capped = only(parse_document("ods", "s.ods", ods_file(), DocumentsConfig(max_cells=6)))
+    assert meta(capped)["truncated_at_cells"] == 6 and capped["parts"][0]["text"] == "Year: 2023; Place: Mara"
+    slides = only(parse_document("odp", "p.odp", odp_file(), CFG))
+    assert slides["unit"] == "slide"
+    assert [(p["page"], p["section"], p["text"]) for p in slides["parts"]] == [
+        (1, "Migration", "Migration\nZebras lead\nGnus follow\nNotes: Mention the river."),
+        (2, "Questions", "Questions"),
+    ]
+
+
+def test_odf_broken_and_hostile():
+    with pytest.raises(Unreadable, match="XML with entity declarations in content.xml"):
+        parse_document("odt", "lol.odt", rezip(odt_file(), {"content.xml": BILLION_LAUGHS}), CFG)
+    with pytest.raises(Unreadable, match="broken XML in content.xml"):
+        parse_document("odt", "bad.odt", rezip(odt_file(), {"content.xml": b"<office:document-content>"}), CFG)
+    with pytest.raises(Unreadable, match="not a readable ODS: no office:spreadsheet"):
+        parse_document("ods", "text.ods", odt_file(), CFG)
+    with pytest.raises(Unreadable, match="broken zip"):
+        parse_document("odt", "cut.odt", odt_file()[:200], CFG)
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_epub_a_part_per_spine_chapter_in_order(version):
+    doc = only(parse_document("epub", "b.epub", epub_file(version), CFG))
+    assert (doc["title"], doc["unit"]) == ("Great Migrations", "")
+    assert meta(doc) == {"format": "epub", "chapters": 2, "author": "Ranger Ann, Bob", "language": "en"}
+    # spine order; the cover (no text) and a stylesheet in the spine left out; the section the table of
+    # contents' label (nav or NCX), else the chapter's first heading
+    assert [(p["section"], p["text"]) for p in doc["parts"]] == [
+        ("1. The Crossing", "Crossing\nThe herd crosses at dawn.\nZebras first."),
+        ("Waiting", "Waiting\nCrocodiles wait."),
+    ]
+
+
+def test_epub_broken_and_hostile():
+    with pytest.raises(Unreadable, match="no package document"):
+        parse_document("epub", "b.epub", rezip(epub_file(), {"META-INF/container.xml": b"<container/>"}), CFG)
+    with pytest.raises(Unreadable, match="XML with entity declarations in OEBPS/book.opf"):
+        parse_document("epub", "b.epub", rezip(epub_file(), {"OEBPS/book.opf": BILLION_LAUGHS}), CFG)
+    with pytest.raises(Unreadable, match="more than ingest.documents.max_pages"):
+        parse_document("epub", "b.epub", epub_file(), DocumentsConfig(max_pages=3))
+
+
+def test_rtf_text_title_and_info():
+    doc = only(parse_document("rtf", "notes.rtf", RTF, CFG))
+    assert (doc["title"], doc["parts"]) == ("Great Migrations", [])  # the \info group's title
+    assert doc["text"] == "Zebras cross the river in July.\nCafé by the Mara, € 5."  # fonts, colours, generator out
+    assert meta(doc) == {"format": "rtf", "author": "Ranger Ann", "created": "2024-07-01T09:30:00"}
+    plain = only(parse_document("rtf", "dir/notes.rtf", b"{\\rtf1\\ansi Hello\\par}", CFG))
+    assert (plain["title"], plain["text"]) == ("notes", "Hello")
+    with pytest.raises(Unreadable, match="not an RTF document"):
+        parse_document("rtf", "a.rtf", b"plain words", CFG)
 
 
 def test_pptx_a_part_per_slide_with_tables_and_notes():
@@ -435,6 +565,16 @@ def test_msg_properties_body_and_attachments():
         parse_document("msg", "m.msg", cfb({"WordDocument": bytes(100)}), CFG)
 
 
+def test_msg_rtf_only_body_is_decompressed_and_read():
+    mail = only(parse_document("msg", "m.msg", msg_rtf_only("Rich text", RTF), CFG))
+    assert mail["text"] == "Subject: Rich text\n\nZebras cross the river in July.\nCafé by the Mara, € 5."
+    # the compressed stream refers into MS-OXRTFCP's initial dictionary ("{\rtf1\ansi" and more)
+    assert len(compressed_rtf(RTF)) < len(RTF) + 16
+    broken = msg_rtf_only("Broken", RTF)
+    broken = broken.replace(compressed_rtf(RTF)[8:12], b"XXXX")  # an unknown compression type
+    assert only(parse_document("msg", "m.msg", broken, CFG))["text"] == "Subject: Broken"
+
+
 # --- images ---
 
 @needs_tesseract
@@ -459,3 +599,9 @@ def test_image_bombs_broken_images_and_no_ocr():
         parse_document("image", "x.png", b"\x89PNG\r\n\x1a\n" + bytes(40), CFG)
     with pytest.raises(Unreadable, match="^needs OCR: ingest.documents.ocr is off$"):
         parse_document("image", "sign.png", png(text_image(["Zebras"])), DocumentsConfig(ocr=False))
+
+
+def test_odt_nested_too_deep_is_unreadable():
+    deep = "<text:p>" + "<text:span>" * 20_000 + "deep" + "</text:span>" * 20_000 + "</text:p>"
+    with pytest.raises(Unreadable, match="malformed odt: elements nested too deep"):
+        parse_document("odt", "deep.odt", odf_file("text", deep), CFG)

@@ -11,6 +11,7 @@ import io
 import re
 import struct
 import zipfile
+import zlib
 from pathlib import PurePosixPath
 
 from app.ingest.parse import FORMATS
@@ -25,10 +26,22 @@ _PDF_WITHIN = 1024  # readers accept "%PDF-" anywhere in the first KiB (some fil
 _OFFICE_DIRS = {"word/": "docx", "ppt/": "pptx", "xl/": "xlsx"}
 _EXTENSIONS = {
     **FORMATS, ".csv": "csv", ".tsv": "csv", ".pdf": "pdf", ".docx": "docx", ".docm": "docx", ".pptx": "pptx",
-    ".pptm": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".eml": "eml", ".msg": "msg",
+    ".pptm": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".eml": "eml", ".msg": "msg", ".odt": "odt", ".ott": "odt",
+    ".ods": "ods", ".ots": "ods", ".odp": "odp", ".otp": "odp", ".epub": "epub", ".rtf": "rtf",
     **dict.fromkeys([".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"], "image"),
 }
 _OFFICE = {"docx", "pptx", "xlsx"}
+_ZIPPED = {*_OFFICE, "odt", "ods", "odp", "epub"}
+# A zip's `mimetype` member (OpenDocument, EPUB: the first member, stored uncompressed) → its format
+_MIMETYPES = {"application/vnd.oasis.opendocument.text": "odt",
+              "application/vnd.oasis.opendocument.text-template": "odt",
+              "application/vnd.oasis.opendocument.spreadsheet": "ods",
+              "application/vnd.oasis.opendocument.spreadsheet-template": "ods",
+              "application/vnd.oasis.opendocument.presentation": "odp",
+              "application/vnd.oasis.opendocument.presentation-template": "odp",
+              "application/epub+zip": "epub"}
+_MIMETYPE_MAX = 128  # bytes: the longest of those, with room
+_FIRST_MEMBER = struct.Struct("<8xH8xI4xHH")  # a local header's method, compressed size, name and extra lengths
 # Magic bytes, matched at the start: images are supported ("image"), the rest are named in skip reports only.
 _IMAGES = [(rb"\x89PNG\r\n\x1a\n", "PNG image"), (rb"\xff\xd8\xff", "JPEG image"),
            (rb"II\*\x00|MM\x00\*", "TIFF image"), (rb"GIF8[79]a", "GIF image"), (rb"RIFF....WEBP", "WebP image")]
@@ -70,6 +83,25 @@ def _zip_members(data: bytes) -> list[str]:
         (name_len,) = struct.unpack_from("<H", data, m.start() + 26)
         names.append(data[start:start + name_len].decode("utf-8", "replace"))
     return names
+
+
+def _zip_mimetype(data: bytes) -> str | None:
+    """The format a zip's `mimetype` member names: read from the first local header (where OpenDocument and EPUB
+    put it, stored), else from the whole file when it is there."""
+    if len(data) >= 30:
+        method, size, name_len, extra_len = _FIRST_MEMBER.unpack_from(data)
+        if data[30:30 + name_len] == b"mimetype" and method == zipfile.ZIP_STORED and size <= _MIMETYPE_MAX:
+            start = 30 + name_len + extra_len
+            return _MIMETYPES.get(data[start:start + size].decode("ascii", "replace").strip())
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            info = zf.getinfo("mimetype")
+            if info.file_size > _MIMETYPE_MAX:
+                return None
+            return _MIMETYPES.get(zf.read(info).decode("ascii", "replace").strip())
+    except (zipfile.BadZipFile, NotImplementedError, KeyError, RuntimeError, ValueError, EOFError, OSError,
+            zlib.error):
+        return None
 
 
 def _office_kind(names: list[str]) -> str | None:
@@ -116,15 +148,15 @@ def _is_bmp(data: bytes) -> bool:
 
 def detect(name: str, data: bytes) -> str | None:
     """The format of a file named `name` whose content (or its first `HEAD_BYTES`) is `data`: one of "pdf",
-    "docx", "pptx", "xlsx", "csv", "eml", "msg", "image", "jsonl", "parquet", "text", "markdown", "html", or None
-    for a type Ragline does not read."""
+    "docx", "pptx", "xlsx", "odt", "ods", "odp", "epub", "rtf", "csv", "eml", "msg", "image", "jsonl", "parquet",
+    "text", "markdown", "html", or None for a type Ragline does not read."""
     ext = _suffix(name)
     by_ext = _EXTENSIONS.get(ext)
     if b"%PDF-" in data[:_PDF_WITHIN]:
         return "pdf"
     if data.startswith(ZIP_MAGIC):
-        kind = _office_kind(_zip_members(data))
-        return kind or (by_ext if by_ext in _OFFICE else None)
+        kind = _zip_mimetype(data) or _office_kind(_zip_members(data))
+        return kind or (by_ext if by_ext in _ZIPPED else None)
     if data.startswith(OLE_MAGIC):
         if ext == ".msg" or _utf16("__substg1.0_") in data:
             return "msg"
@@ -134,6 +166,8 @@ def detect(name: str, data: bytes) -> str | None:
         return "image"
     if data.startswith(b"PAR1"):
         return "parquet"
+    if data[:HEAD_BYTES].lstrip()[:5] == b"{\\rtf":
+        return "rtf"
     if b"\x00" not in data and _is_mail(data):
         return "eml"
     if b"\x00" in data[:HEAD_BYTES] and _magic(data, _OTHERS):
@@ -148,7 +182,8 @@ def describe(name: str, head: bytes) -> str:
             return "password-protected Office file"
         return "legacy Word/Excel/PowerPoint (OLE) file"
     if head.startswith(ZIP_MAGIC):
-        # OpenDocument stores its "mimetype" member first and uncompressed, so the type is readable in the head.
+        # OpenDocument stores its "mimetype" member first and uncompressed, so the type is readable in the head
+        # (text, spreadsheets and presentations are read: this names the others, drawings, formulas, ...).
         return "OpenDocument file" if b"mimetypeapplication/vnd.oasis.opendocument" in head[:200] else "zip archive"
     if head.startswith(b"%PDF-") or b"%PDF-" in head[:_PDF_WITHIN]:
         return "PDF document"

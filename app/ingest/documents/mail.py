@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from app.config import DocumentsConfig
 from app.ingest.documents.detect import HEAD_BYTES, OLE_ERRORS, describe, detect
+from app.ingest.documents.rtf import decompress_rtf, rtf_text
 from app.ingest.normalize import decode
 from app.ingest.parse import Doc, Unreadable, html_to_text
 
@@ -228,7 +229,7 @@ def parse_eml(source: str, data: bytes, cfg: DocumentsConfig, depth: int, dispat
 # --- MSG (MS-OXMSG: properties as streams "__substg1.0_<id><type>", attachments as storages) ---
 
 _UNICODE, _STRING8, _BINARY = "001F", "001E", "0102"
-_SUBJECT, _BODY, _HTML = "0037", "1000", "1013"
+_SUBJECT, _BODY, _HTML, _RTF_COMPRESSED = "0037", "1000", "1013", "1009"
 _SENDER_NAME, _SENDER_EMAIL, _DISPLAY_TO, _DISPLAY_CC = "0C1A", "0C1F", "0E04", "0E03"
 _ATTACH_DATA, _ATTACH_LONG_NAME, _ATTACH_NAME = "3701", "3707", "3704"
 _EMBEDDED_MESSAGE = "__substg1.0_3701000D"  # an attached e-mail: a storage, a message of its own
@@ -295,10 +296,18 @@ class _Msg:
             return ""
 
     def body(self) -> str:
+        """The plain-text body; without one the HTML body as text; without that the compressed RTF body's text
+        (Outlook keeps only that for a message written in rich text)."""
         if text := self.string(_BODY):
             return text.strip()
         html = self.stream(f"__substg1.0_{_HTML}{_BINARY}")
-        return html_to_text(decode(html)[0] if html is not None else self.string(_HTML))
+        if text := html_to_text(decode(html)[0] if html is not None else self.string(_HTML)):
+            return text
+        rtf = self.stream(f"__substg1.0_{_RTF_COMPRESSED}{_BINARY}")
+        try:
+            return rtf_text(decompress_rtf(rtf)) if rtf else ""
+        except Unreadable:  # a broken body: the headers and attachments are still worth having
+            return ""
 
     def attachment_storages(self) -> list[list[str]]:
         n = len(self.prefix)

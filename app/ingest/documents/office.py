@@ -90,9 +90,10 @@ def _inflate(data: memoryview, info: zipfile.ZipInfo) -> Iterator[bytes]:
     yield inflater.flush()
 
 
-def check_zip(data: bytes, cfg: DocumentsConfig) -> None:
+def check_zip(data: bytes, cfg: DocumentsConfig, refuse_dtd: bool = True) -> None:
     """Raise Unreadable for an Office file no library should open: not a zip (an encrypted or legacy OLE file, a
-    broken zip), a decompression bomb, or an XML part that declares a DOCTYPE."""
+    broken zip), a decompression bomb, or (with `refuse_dtd`) an XML part that declares a DOCTYPE. Formats whose
+    XML may carry a DOCTYPE (EPUB's NCX, old OpenDocument manifests) pass False and parse with defusedxml."""
     if data.startswith(OLE_MAGIC):
         _refuse_ole(data)
     try:
@@ -125,7 +126,7 @@ def check_zip(data: bytes, cfg: DocumentsConfig) -> None:
                     head += chunk[:_XML_HEAD_BYTES - len(head)]
         except zlib.error as e:
             raise Unreadable(f"broken zip member {info.filename}: {e}") from e
-        if info.filename.endswith((".xml", ".rels")) and _declares_dtd(head):
+        if refuse_dtd and info.filename.endswith((".xml", ".rels")) and _declares_dtd(head):
             raise Unreadable(f"XML with a DOCTYPE in {info.filename}: Office files have none (entity expansion "
                              "or external entities, an attack)")
 
@@ -199,10 +200,74 @@ def _docx_table(table: Table) -> str:
     return "\n".join(lines)
 
 
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_MC = "http://schemas.openxmlformats.org/markup-compatibility/2006"
+# a header or footer line that says nothing but where the page is: "3", "Page 3", "Page 3 of 10", "- 3 -", "3/10"
+_PAGE_NUMBER = re.compile(r"[\W_]*(?:page|seite|page\s+no\.?)?[\W_]*\d*[\W_]*(?:(?:of|/|von)[\W_]*\d+)?[\W_]*",
+                          re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _malformed(fmt: str, *errors: type[Exception]) -> Iterator[None]:
+    """What a library raises on a file whose XML is well-formed but not what it expects (a missing element or
+    attribute, a value out of range, a reference to a part that is not there), and its own `errors`, as
+    Unreadable("malformed docx: ...")."""
+    caught: tuple[type[Exception], ...] = (AttributeError, KeyError, IndexError, TypeError, ValueError, *errors)
+    try:
+        yield
+    except caught as e:
+        raise Unreadable(f"malformed {fmt}: {type(e).__name__}: {e}") from e
+
+
+def _text_boxes(paragraph: Any) -> list[str]:
+    """The paragraphs of the text boxes anchored in a paragraph (w:txbxContent), in order: a box drawn both ways
+    (DrawingML, and VML as mc:Fallback for old readers) once; a box inside a box after it."""
+    from docx.text.paragraph import Paragraph
+
+    lines = []
+    for box in paragraph._p.iterdescendants(f"{{{_W}}}txbxContent"):
+        if any(a.tag == f"{{{_MC}}}Fallback" for a in box.iterancestors()):
+            continue
+        for p in box.iterchildren(f"{{{_W}}}p"):
+            if text := Paragraph(p, paragraph._parent).text.strip():
+                lines.append(text)
+    return lines
+
+
+def _headers_and_footers(document: DocxDocument) -> list[str]:
+    """The text of every distinct header and footer (default, first-page, even-page) of every section, in order;
+    lines that only number the page left out."""
+    seen: list[str] = []
+    for section in document.sections:
+        for part in (section.first_page_header, section.header, section.even_page_header, section.first_page_footer,
+                     section.footer, section.even_page_footer):
+            if part.is_linked_to_previous:  # none of its own (asking for its text would add one)
+                continue
+            lines = [p.text.strip() for p in part.paragraphs]
+            lines += [_docx_table(t) for t in part.tables]
+            text = "\n".join(line for line in lines if line and not _PAGE_NUMBER.fullmatch(line))
+            if text and text not in seen:
+                seen.append(text)
+    return seen
+
+
+def _comments(document: DocxDocument) -> list[str]:
+    """Comments (word/comments.xml) as "Author: text" lines, in the order they were written."""
+    lines = []
+    for comment in document.comments:
+        text = _one_line(comment.text)
+        if text:
+            lines.append(f"{_one_line(comment.author)}: {text}" if comment.author else text)
+    return lines
+
+
 def parse_docx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
-    """A DOCX as one document: paragraphs and tables in document order, a part per heading section."""
+    """A DOCX as one document: paragraphs (their text boxes after them) and tables in document order, a part per
+    heading section; then headers and footers, then comments, a part each."""
     import docx
+    from docx.exceptions import InvalidXmlError
     from docx.opc.exceptions import PackageNotFoundError
+    from docx.oxml.exceptions import XmlchemyError
     from docx.table import Table
 
     check_zip(data, cfg)
@@ -214,24 +279,32 @@ def parse_docx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
     except (PackageNotFoundError, KeyError, XMLSyntaxError, zipfile.BadZipFile) as e:
         # not a package, a missing part, broken XML, a member whose CRC or names disagree
         raise Unreadable(f"not a readable DOCX: {e}") from e
-    levels = _heading_levels(document)
+    except (AttributeError, IndexError, TypeError, InvalidXmlError, XmlchemyError) as e:  # XML not as expected
+        raise Unreadable(f"malformed docx: {type(e).__name__}: {e}") from e
     path: list[tuple[int, str]] = []  # (level, heading) from the top
     blocks: list[tuple[str, str]] = []
     first_heading = ""
-    for block in document.iter_inner_content():
-        if isinstance(block, Table):
-            text = _docx_table(block)
-        else:
-            text = block.text.strip()
-            level = levels.get(block._p.style)  # the style id in the XML (w:pStyle), None without one
-            if level is not None and text:
-                path = [(lv, h) for lv, h in path if lv < level] + [(level, _one_line(text))]
-                if not first_heading and level <= 1:
-                    first_heading = _one_line(text)
-        if text:
-            blocks.append((SECTION_SEP.join(h for _, h in path), text))
-    title = _one_line(document.core_properties.title or "") or first_heading
-    return [_doc(source, title, parts_by_section(blocks), "", {"format": "docx", **core(document.core_properties)})]
+    with _malformed("docx", InvalidXmlError, XmlchemyError):  # the XML is read as it is walked: errors in it come here
+        levels = _heading_levels(document)
+        for block in document.iter_inner_content():
+            if isinstance(block, Table):
+                text = _docx_table(block)
+            else:
+                text = block.text.strip()
+                level = levels.get(block._p.style)  # the style id in the XML (w:pStyle), None without one
+                if level is not None and text:
+                    path = [(lv, h) for lv, h in path if lv < level] + [(level, _one_line(text))]
+                    if not first_heading and level <= 1:
+                        first_heading = _one_line(text)
+                text = "\n".join(line for line in [text, *_text_boxes(block)] if line)
+            if text:
+                blocks.append((SECTION_SEP.join(h for _, h in path), text))
+        extra = [("Headers and footers", "\n".join(_headers_and_footers(document))),
+                 ("Comments", "\n".join(_comments(document)))]
+        title = _one_line(document.core_properties.title or "") or first_heading
+        metadata = {"format": "docx", **core(document.core_properties)}
+    parts = parts_by_section(blocks) + [{"text": text, "page": 0, "section": name} for name, text in extra if text]
+    return [_doc(source, title, parts, "", metadata)]
 
 
 # --- PPTX ---
@@ -254,6 +327,24 @@ def _frame_text(text: str) -> str:
     return "\n".join(line.strip() for line in text.replace("\x0b", "\n").split("\n") if line.strip())
 
 
+def _chart_lines(chart: Any) -> list[str]:
+    """A chart as text: its title, its categories and a line per series, "Name: 1, 2, 3"."""
+    lines = []
+    if chart.has_title and chart.chart_title.has_text_frame and (title := _one_line(chart.chart_title.text_frame.text)):
+        lines.append(f"Chart: {title}")
+    for plot in chart.plots:
+        try:
+            categories = [_cell(c) for c in plot.categories]
+        except (KeyError, IndexError, ValueError):  # an XY or bubble plot has none
+            categories = []
+        if categories and any(categories):
+            lines.append(f"Categories: {', '.join(categories)}")
+        for series in plot.series:
+            values = ", ".join("–" if v is None else _cell(v) for v in series.values)  # – : no data point
+            lines.append(f"{_one_line(series.name or '') or 'Series'}: {values}")
+    return lines
+
+
 def _slide_lines(slide_shapes: list[BaseShape]) -> list[str]:
     lines = []
     for shape in _shapes(slide_shapes):
@@ -264,13 +355,15 @@ def _slide_lines(slide_shapes: list[BaseShape]) -> list[str]:
                 cells = [_one_line(cell.text) for cell in row.cells]
                 if any(cells):
                     lines.append(" | ".join(cells))
+        elif shape.has_chart:
+            lines.extend(_chart_lines(shape.chart))  # type: ignore[attr-defined]
     return lines
 
 
 def parse_pptx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
     """A PPTX as one document with a part per slide (`page` = slide number, `section` = slide title)."""
     from pptx import Presentation
-    from pptx.exc import PackageNotFoundError
+    from pptx.exc import InvalidXmlError, PackageNotFoundError
 
     check_zip(data, cfg)
     try:
@@ -278,22 +371,25 @@ def parse_pptx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
     except (PackageNotFoundError, ValueError, KeyError, XMLSyntaxError, zipfile.BadZipFile) as e:
         # not a package or not a presentation, a missing part, broken XML, a member whose CRC or names disagree
         raise Unreadable(f"not a readable PPTX: {e}") from e
-    slides = presentation.slides
-    if len(slides) > cfg.max_pages:
-        raise Unreadable(f"{len(slides)} slides, more than ingest.documents.max_pages ({cfg.max_pages})")
-    parts: list[Part] = []
-    for number, slide in enumerate(slides, start=1):
-        title_shape = slide.shapes.title
-        title = _one_line(title_shape.text_frame.text) if title_shape is not None else ""
-        lines = _slide_lines(list(slide.shapes))
-        frame = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
-        if frame is not None and (notes := _frame_text(frame.text)):
-            lines.append(f"Notes: {notes}")
-        if lines:
-            parts.append({"text": "\n".join(lines), "page": number, "section": title})
-    title = _one_line(presentation.core_properties.title or "") or next((p["section"] for p in parts), "")
-    return [_doc(source, title, parts, "slide", {"format": "pptx", "slides": len(slides),
-                                                 **core(presentation.core_properties)})]
+    except (AttributeError, IndexError, TypeError, InvalidXmlError) as e:  # well-formed XML, not as expected
+        raise Unreadable(f"malformed pptx: {type(e).__name__}: {e}") from e
+    with _malformed("pptx", InvalidXmlError):  # the XML is read as it is walked: errors in it come here
+        slides = presentation.slides
+        if len(slides) > cfg.max_pages:
+            raise Unreadable(f"{len(slides)} slides, more than ingest.documents.max_pages ({cfg.max_pages})")
+        parts: list[Part] = []
+        for number, slide in enumerate(slides, start=1):
+            title_shape = slide.shapes.title
+            title = _one_line(title_shape.text_frame.text) if title_shape is not None else ""
+            lines = _slide_lines(list(slide.shapes))
+            frame = slide.notes_slide.notes_text_frame if slide.has_notes_slide else None
+            if frame is not None and (notes := _frame_text(frame.text)):
+                lines.append(f"Notes: {notes}")
+            if lines:
+                parts.append({"text": "\n".join(lines), "page": number, "section": title})
+        title = _one_line(presentation.core_properties.title or "") or next((p["section"] for p in parts), "")
+        metadata = {"format": "pptx", "slides": len(slides), **core(presentation.core_properties)}
+    return [_doc(source, title, parts, "slide", metadata)]
 
 
 # --- XLSX and CSV: rows with their header ---
@@ -353,6 +449,8 @@ def parse_xlsx(source: str, data: bytes, cfg: DocumentsConfig) -> list[Doc]:
         # not a workbook, a missing part, broken XML (lxml's or, in sheets, ElementTree's), a member whose CRC or
         # names disagree; defusedxml's refusals and malformed values are ValueErrors
         raise Unreadable(f"not a readable XLSX: {e}") from e
+    except (AttributeError, IndexError, TypeError) as e:  # well-formed XML, not as expected
+        raise Unreadable(f"malformed xlsx: {type(e).__name__}: {e}") from e
     parts: list[Part] = []
     cells = 0
     truncated = False
