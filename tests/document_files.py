@@ -536,39 +536,11 @@ RTF = (rb"{\rtf1\ansi\ansicpg1252\deff0{\fonttbl{\f0 Arial;}}{\colortbl;\red255\
        rb"{\*\generator Riched20;}\f0\fs24 Zebras cross the river in July.\par" b"\r\n"
        rb"Caf\'e9 by the \b Mara\b0 , \u8364? 5.\par}")
 
-# MS-OXRTFCP's initial dictionary: a compressed RTF may refer into it from its first byte
-RTF_PREBUF = (b"{\\rtf1\\ansi\\mac\\deff0\\deftab720{\\fonttbl;}{\\f0\\fnil \\froman \\fswiss \\fmodern \\fscript "
-              b"\\fdecor MS Sans SerifSymbolArialTimes New RomanCourier{\\colortbl\\red0\\green0\\blue0\r\n\\par "
-              b"\\pard\\plain\\f0\\fs20\\b\\i\\u\\tab\\tx")
-
-
 def compressed_rtf(rtf: bytes) -> bytes:
-    """`rtf` as MS-OXRTFCP "LZFu" compressed RTF: a reference into the initial dictionary where the next 3+ bytes
-    are in it (only while nothing has overwritten it), else a literal; then the end marker."""
-    tokens: list[bytes | tuple[int, int]] = []
-    at = 0
-    while at < len(rtf):
-        best = (0, 0)
-        if len(RTF_PREBUF) + at + 17 < 4096:
-            for length in range(min(17, len(rtf) - at), 2, -1):
-                if (offset := RTF_PREBUF.find(rtf[at:at + length])) >= 0:
-                    best = (offset, length)
-                    break
-        if best[1]:
-            tokens.append(best)
-            at += best[1]
-        else:
-            tokens.append(rtf[at:at + 1])
-            at += 1
-    tokens.append(((len(RTF_PREBUF) + len(rtf)) % 4096, 2))  # the end: a reference to the write position
-    body = b""
-    for i in range(0, len(tokens), 8):
-        group = tokens[i:i + 8]
-        control = sum(1 << bit for bit, token in enumerate(group) if isinstance(token, tuple))
-        body += bytes([control])
-        for token in group:
-            body += token if isinstance(token, bytes) else struct.pack(">H", token[0] << 4 | (token[1] - 2))
-    return struct.pack("<IIII", len(body) + 12, len(rtf), 0x75465A4C, 0) + body
+    """`rtf` as Outlook's compressed RTF (MS-OXRTFCP), as an MSG keeps a rich-text body."""
+    from compressed_rtf import compress
+
+    return bytes(compress(rtf, compressed=True))
 
 
 def msg_rtf_only(subject: str, rtf: bytes) -> bytes:
