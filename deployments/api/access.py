@@ -18,11 +18,23 @@ from app import collections
 from app.apikeys import Caller
 from app.errors import Forbidden, NotFound
 from app.storage import Storage
+from deployments.api.errors import ModelNotFound
 from deployments.guard import caller_of
 
 RELIST_EVERY_S = 1.0
 # An OpenAI client names the collection as the model (`model="ragline/hr"`): the one field it always sends.
 COLLECTION_MODEL = "ragline/"
+
+
+def collection_of_model(model: str | None, default_names: tuple[str, ...]) -> str:
+    """The collection an OpenAI route's `model` names: `ragline/<name>`, or the default collection for no model or
+    one of `default_names` (what the route serves under its own name); anything else is a ModelNotFound."""
+    if model and model.startswith(COLLECTION_MODEL):
+        return model.removeprefix(COLLECTION_MODEL)
+    if model and model not in default_names:
+        raise ModelNotFound(f"model {model!r} is not served; use {' or '.join(map(repr, default_names))} (the "
+                            f"default collection) or {COLLECTION_MODEL}<collection> (see /v1/models)")
+    return collections.DEFAULT
 
 
 class Access:

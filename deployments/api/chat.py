@@ -10,12 +10,11 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from app import collections
 from app.rag.flow import Answer
 from app.rag.protocol import Finished, Generation
-from deployments.api.access import COLLECTION_MODEL
+from deployments.api.access import collection_of_model
 from deployments.api.edge import Edge, sse
-from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses, streamed
+from deployments.api.errors import STAGE_ERRORS, responses, streamed
 from deployments.api.views import (
     AssistantMessage,
     ChatChoice,
@@ -46,12 +45,7 @@ def router(edge: Edge) -> APIRouter:
                        **responses(404, *STAGE_ERRORS)})
     async def chat(req: ChatCompletionRequest, request: Request) -> ChatCompletion | StreamingResponse:
         edge.within_limits(req)
-        collection = collections.DEFAULT
-        if req.model and req.model.startswith(COLLECTION_MODEL):
-            collection = req.model.removeprefix(COLLECTION_MODEL)
-        elif req.model and req.model not in (edge.generator, "ragline"):
-            raise ModelNotFound(f"model {req.model!r} is not served; use {edge.generator!r} or "
-                                f"{COLLECTION_MODEL}<collection> (see /v1/models)")
+        collection = collection_of_model(req.model, (edge.generator, "ragline"))
         question = req.messages[-1].text().strip()
         edge.check_question(question, "messages[-1].content", req.top_k)
         search = edge.search(request, question, top_k=req.top_k, mode=req.mode, sources=req.sources,

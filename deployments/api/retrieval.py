@@ -8,11 +8,10 @@ import base64
 import numpy as np
 from fastapi import APIRouter, Request
 
-from app import collections
 from app.errors import UserError
-from deployments.api.access import COLLECTION_MODEL
+from deployments.api.access import collection_of_model
 from deployments.api.edge import Edge
-from deployments.api.errors import STAGE_ERRORS, ModelNotFound, responses
+from deployments.api.errors import STAGE_ERRORS, responses
 from deployments.api.views import (
     Embedding,
     EmbeddingsResponse,
@@ -55,13 +54,7 @@ def router(edge: Edge) -> APIRouter:
     @r.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=responses(404, *STAGE_ERRORS))
     async def embeddings(req: EmbeddingsRequest, request: Request) -> EmbeddingsResponse:
         edge.within_limits(req)
-        collection = collections.DEFAULT
-        if req.model and req.model.startswith(COLLECTION_MODEL):
-            collection = req.model.removeprefix(COLLECTION_MODEL)
-        elif req.model and req.model != edge.embedder.name:
-            raise ModelNotFound(f"model {req.model!r} is not served; embeddings come from {edge.embedder.name!r} "
-                                f"(the default collection's) or {COLLECTION_MODEL}<collection>")
-        edge.access.open(request, collection)
+        collection = edge.access.open(request, collection_of_model(req.model, (edge.embedder.name,)))
         texts = [req.input] if isinstance(req.input, str) else req.input
         for i, t in enumerate(texts):
             edge.check_question(t, f"input[{i}]", 1)
