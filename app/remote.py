@@ -29,7 +29,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WORKING_DIR_EXCLUDES = [".ragline", ".ragline-bench", ".mypy_cache", ".ruff_cache", ".pytest_cache", "__pycache__",
                         "*.egg-info", "benchmarks/results"]
 # Jobs whose driver does the work itself, so the job's status is the work's status.
-IN_PROCESS = {"ingest": ["--in-process"], "train": ["--in-process"], "eval": []}
+IN_PROCESS = {"ingest": ["--in-process"], "train": ["--in-process"], "eval": [], "adapt": []}
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 

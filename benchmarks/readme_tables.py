@@ -85,6 +85,32 @@ def quality_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def adapt_table(r: dict[str, Any], source: str) -> str:
+    n, a, sec = r["ndcg"], r["adapt"], r["seconds"]
+    counts, cmp = a["questions"]["counts"], a["comparison"]
+    lines = [
+        f"SciFact {r['split']} nDCG@10, no labels read (`{r['command']}`, {r['date']}, {source}):",
+        "",
+        "| ranking | nDCG@10 |",
+        "|---|---|",
+        f"| dense / BM25 / hybrid, untrained | {n['untrained']['dense']:.3f} / {n['untrained']['lexical']:.3f} / "
+        f"{n['untrained']['hybrid']:.3f} |",
+        f"| hybrid + reranker from pseudo-queries (titles, first sentences) | {n['self_pairs_rerank']:.3f} |",
+        f"| hybrid + reranker from `ragline adapt`'s synthetic questions | {n['adapt_rerank']:.3f} |",
+        f"| hybrid + reranker from the train qrels (labels; {r['qrels_source']}) | {n['qrels_rerank']:.3f} |",
+        "",
+        f"adapt against pseudo-queries: {r['ratios']['adapt_over_self_pairs']:.3f}x; against hybrid alone: "
+        f"{r['ratios']['adapt_over_hybrid']:.3f}x. Questions: {counts['sampled']} chunks asked, "
+        f"{sum(counts['rejected'].values())} replies held none, {counts['dropped']} failed the round trip, "
+        f"{counts['train']} trained on, {counts['heldout']} held out. The gate ({cmp['n']} held-out questions): "
+        f"nDCG@10 {cmp['candidate']:.3f} against {cmp['served']:.3f} served, interval [{cmp['low']:+.3f}, "
+        f"{cmp['high']:+.3f}]: {a['decision']}. Seconds: writing {sec['write_questions']:.0f} (the engine's load "
+        f"included), round trip {sec['round_trip']:.0f}, training {sec['train']:.0f}, judging {sec['judge']:.0f}; "
+        f"the whole adapt {sec['adapt']:.0f}.",
+    ]
+    return "\n".join(lines)
+
+
 def generate_table(r: dict[str, Any], source: str) -> str:
     lines = [
         f"{r['model']}, {r['max_tokens']}-token answers, {r['cpus']} CPU cores; median of {r['repeats']} runs per "
@@ -469,13 +495,14 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "serve_profile": serve_profile_table, "ci": ci_table,
                                                            "documents": documents_table,
                                                            "documents_quality": documents_quality_table,
-                                                           "sync": sync_table, "filter": filter_table}
+                                                           "sync": sync_table, "filter": filter_table,
+                                                           "adapt": adapt_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
            "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
            "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py",
-           "sync": "sync_bench.py", "filter": "filter_bench.py"}
+           "sync": "sync_bench.py", "filter": "filter_bench.py", "adapt": "adapt_bench.py"}
 
 
 def _filled(body: str) -> Callable[[re.Match[str]], str]:

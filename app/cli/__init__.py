@@ -4,7 +4,8 @@
 later, 1: the run failed), never a traceback; anything else is a bug and shows its traceback.
 
 One module per command group: `ingest`, `index` (index build, search), `serve` (serve, query, status), `train`,
-`models`, `eval`, `submit`, `keys`, `demo`; `context` (config, storage, Ray) and `render` (output) serve them all."""
+`models`, `eval`, `adapt`, `submit`, `keys`, `demo`; `context` (config, storage, Ray) and `render` (output) serve
+them all."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 
 import typer
 
-from app.cli import demo, index, ingest, keys, models, serve, submit, train
+from app.cli import adapt, demo, index, ingest, keys, models, serve, submit, train
 from app.cli import eval as evaluation  # the module, not the builtin
 from app.cli.context import main_options
 from app.cli.render import fail
@@ -33,6 +34,8 @@ app.add_typer(eval_app, name="eval")
 app.add_typer(train_app, name="train")
 app.add_typer(models_app, name="models")
 app.add_typer(submit_app, name="submit")
+adapt_app = typer.Typer(invoke_without_command=True)  # its help is `adapt.adapt`'s
+app.add_typer(adapt_app, name="adapt")
 keys_app = typer.Typer(help="API keys of the HTTP endpoint and the collections each may read.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.callback()(main_options)
@@ -48,6 +51,8 @@ app.command()(serve.query)
 for _task in TASKS.values():  # one command per registered task
     train_app.command(_task.name)(train.train_command(_task.name, _task.summary))
 train_app.command("status")(train.train_status)
+adapt_app.callback()(adapt.adapt)
+adapt_app.command("questions")(adapt.adapt_questions)
 models_app.command("list")(models.models_list)
 models_app.command("promote")(models.models_promote)
 eval_app.command("retrieval")(evaluation.eval_retrieval)

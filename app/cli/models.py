@@ -63,7 +63,8 @@ def models_promote(
     """Mark a model version as the one to serve; a running graph that serves `catalog:NAME` swaps to it.
 
     A generator (an sft model) must earn it: the served graph and a copy of it serving this version answer the
-    same questions, and the version is promoted only if its F1 is higher (both scores are shown either way)."""
+    same questions, and the version is promoted only if its F1 is higher past noise: a paired bootstrap over the
+    questions (the `gate` config) must put the difference above zero (both scores are shown either way)."""
     from app.catalog import Catalog
     from app.eval.answers import Endpoint
     from app.promotion import PromotionResult, promote_generator
@@ -79,11 +80,12 @@ def models_promote(
         at = Endpoint(*endpoint(c, url, key))
         connect(c)
         result = promote_generator(c.storage, name, version, at, idk=c.cfg.serve.generator.idk_answer,
-                                   dataset=dataset, split=split, limit=limit)
+                                   gate=c.cfg.gate, dataset=dataset, split=split, limit=limit)
     if as_json:
         return print_json(result.model_dump())
-    if result.served and result.candidate:
+    if result.served and result.candidate and result.comparison:
         out.print(f"F1 {result.candidate.f1:.1f} against {result.served.f1:.1f} for {result.served.generator} "
-                  f"({result.candidate.questions} {split} questions of {result.candidate.dataset})")
+                  f"({result.candidate.questions} {split} questions of {result.candidate.dataset}; "
+                  f"{result.comparison.describe('per-question F1')})")
     out.print(f"promoted {name} version {version}: a graph serving serve.{stage}.model=catalog:{name} swaps to it "
               "within seconds")

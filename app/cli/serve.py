@@ -160,10 +160,11 @@ def cluster_status(c: Context) -> ClusterStatus:
 
 def status(ctx: typer.Context, collection: Collection = "default",
            as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """The collections; one collection's ingest runs and dataset and index versions; training runs and model
-    versions; and the cluster's jobs and Serve applications (from the dashboard --address names, or a local
+    """The collections; one collection's ingest runs, dataset and index versions and adapt runs; training runs and
+    model versions; and the cluster's jobs and Serve applications (from the dashboard --address names, or a local
     one)."""
     from app import collections
+    from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.services.runs import ingest_run_store
     from app.train.run import training_runs
@@ -173,6 +174,7 @@ def status(ctx: typer.Context, collection: Collection = "default",
     if collection not in collections.names(c.storage):
         raise NotFound(f"collection {collection!r} does not exist in {c.storage.uri}")
     runs = ingest_run_store(corpus).all()
+    adapted = adapt_runs(corpus)
     versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
                        for m in Catalog(corpus).versions(kind)] for kind in ("datasets", "indexes")}
     latest = {name: Catalog(c.collection(name)).latest("indexes") for name in collections.names(c.storage)}
@@ -189,7 +191,7 @@ def status(ctx: typer.Context, collection: Collection = "default",
             "storage": c.storage.uri, "collection": collection,
             "collections": {n: {"index_version": v, "chunks": k} for n, (v, k) in named.items()},
             "runs": [{k: r.get(k) for k in ("run_id", "state", "submitted_at", "finished_at", "error")} for r in runs],
-            **versions,
+            **versions, "adapt_runs": [a.model_dump() for a in adapted],
             "training_runs": [{k: r.get(k) for k in ("name", "task", "state", "started_at", "finished_at", "model",
                                                       "error")} for r in training],
             "models": {name: m.model_dump() for name, m in models.items()},
@@ -220,6 +222,14 @@ def status(ctx: typer.Context, collection: Collection = "default",
             v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
                       str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
         out.print(v)
+    at = Table("run", "questions (train / held out)", "candidate", "served", "held-out nDCG", "decision",
+               title=f"adapt runs ({collection})")
+    for a in adapted:
+        n, done = a.questions.counts, a.report
+        at.add_row(a.questions.run_id, f"{n.train} / {n.heldout}", *(
+            (done.candidate, done.served, f"{done.comparison.candidate:.3f} vs {done.comparison.served:.3f}",
+             done.decision) if done else ("-", "-", "-", "questions only")))
+    out.print(at)
     tr = Table("run", "task", "state", "started", "model", title="training runs")
     for run in training:
         model = run.get("model")

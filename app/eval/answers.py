@@ -256,6 +256,14 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
     return report
 
 
+def per_question(storage: Storage, run_id: str) -> dict[str, Scored]:
+    """A stored run's questions, by id, as they were scored."""
+    import json
+
+    rows = (json.loads(line) for line in storage.read_bytes(f"{RUNS}/{run_id}.rows.jsonl").decode().splitlines())
+    return {r["qid"]: Scored(**{**r, "answers": tuple(r["answers"])}) for r in rows}
+
+
 def save(storage: Storage, report: AnswerEvalReport, scored: list[Scored]) -> None:
     import json
 

@@ -96,14 +96,15 @@ def write_corpus(path: Path, out: Path) -> int:
     return len(docs)
 
 
-def load_questions(path: Path, split: str = "all") -> list[Question]:
+def load_questions(path: Path, split: str = "all", answers: bool = True) -> list[Question]:
     """The split's questions, in file order. Malformed entries are the user's error (UserError), named by
-    position."""
+    position. `answers=False`: a JSONL question may have none (a synthetic set for retrieval training, `ragline
+    adapt`); its `answers` is then empty."""
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose from {list(SPLITS)}")
     if not path.is_file():
         raise NotFound(f"{path}: no such question file")
-    return _squad_questions(path, split) if is_squad(path) else _jsonl_questions(path, split)
+    return _squad_questions(path, split) if is_squad(path) else _jsonl_questions(path, split, answers)
 
 
 def _squad_questions(path: Path, split: str) -> list[Question]:
@@ -122,7 +123,7 @@ def _squad_questions(path: Path, split: str) -> list[Question]:
     return out
 
 
-def _jsonl_questions(path: Path, split: str) -> list[Question]:
+def _jsonl_questions(path: Path, split: str, need_answers: bool) -> list[Question]:
     if split != "all":
         raise UserError(f"{path}: JSONL question sets have no splits; use --split all (or a SQuAD JSON file)")
     out = []
@@ -139,9 +140,12 @@ def _jsonl_questions(path: Path, split: str) -> list[Question]:
         question, answers, doc_id = row.get("question"), row.get("answers"), row.get("doc_id")
         if isinstance(answers, str):
             answers = [answers]
+        if answers is None and not need_answers:
+            answers = []
         if not isinstance(question, str) or not question.strip():
             raise UserError(f"{where}: 'question' must be a non-empty string")
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+        if not isinstance(answers, list) or (need_answers and not answers) or not all(
+                isinstance(a, str) and a.strip() for a in answers):
             raise UserError(f"{where}: 'answers' must be a non-empty list of strings")
         if not isinstance(doc_id, str | int) or str(doc_id) == "":
             raise UserError(f"{where}: 'doc_id' must name the ingested document that holds the answer")

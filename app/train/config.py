@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from app import collections
 from app.config import AppConfig, ConfigBase, GeneratorConfig, SearchConfig
 from app.config_files import format_validation_error, merge, parse_overrides, read_yaml_mapping
 from app.errors import UserError
@@ -89,6 +90,9 @@ class RerankerDataConfig(ConfigBase):
                                   "then `ragline ingest`, put them there). Not with beir_dir.")
     split: str = Field(default="train", description="qrels split (beir_dir), or question split (questions: "
                        "train, dev or all; SQuAD is split by article) to train on.")
+    collection: str = Field(default="default", pattern=collections.NAME_RE.pattern, description="The collection "
+                            "whose index holds the queries' documents (questions, or pairs mined from the index "
+                            "itself) and the negatives.")
     index_version: int | None = Field(default=None, ge=1, description="Index version negatives are mined from. "
                                       "None: the latest.")
     negatives: int = Field(default=7, ge=1, le=63, description="Hard negatives per positive.")

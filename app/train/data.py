@@ -20,6 +20,7 @@ import pyarrow as pa
 import ray
 import ray.data
 
+from app import collections
 from app.errors import UserError
 from app.storage import Storage
 from app.train.config import TrainJobConfig
@@ -211,7 +212,7 @@ def _question_pairs(cfg: TrainJobConfig) -> list[QueryRow]:
     from app.qa.questions import load_questions
 
     assert cfg.reranker.questions is not None
-    questions = load_questions(Path(cfg.reranker.questions), cfg.reranker.split)
+    questions = load_questions(Path(cfg.reranker.questions), cfg.reranker.split, answers=False)
     if not questions:
         raise UserError(f"{cfg.reranker.questions}: split {cfg.reranker.split!r} has no question")
     return [{"qid": q.qid, "query": q.question, "positives": [q.doc_id]} for q in questions]
@@ -226,10 +227,10 @@ def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> 
     if rc.beir_dir:
         rows, index_storage = _beir_pairs(cfg, storage)
     elif rc.questions:
-        rows, index_storage = _question_pairs(cfg), storage
+        rows, index_storage = _question_pairs(cfg), collections.storage_of(storage, rc.collection)
     else:
-        index_storage = storage
-        rows = self_pairs(Index.load(storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
+        index_storage = collections.storage_of(storage, rc.collection)
+        rows = self_pairs(Index.load(index_storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
         if not rows:
             raise UserError("the index has no chunk long enough to make a (pseudo-query, passage) pair")
     version = Index.load(index_storage, rc.index_version, verify=False).version

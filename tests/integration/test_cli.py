@@ -28,7 +28,7 @@ def test_help_reads_well():
     done = run("--help")
     assert done.returncode == 0
     for command in ("demo", "ingest", "index", "search", "serve", "query", "status", "eval", "train", "models",
-                    "submit"):
+                    "adapt", "submit"):
         assert command in done.stdout
     assert "--storage" in done.stdout and "--set" in done.stdout
     assert "--source" in run("search", "--help").stdout

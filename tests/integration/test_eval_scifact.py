@@ -1,7 +1,8 @@
 """Retrieval evaluation and reranker training on a SciFact slice, through the `ragline` CLI as users run it: 30 dev
 queries over 300 abstracts (the ones they judge relevant, then distractors), with floors that catch a broken
 pipeline; then a smoke run of `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
-`eval retrieval --rerank`. The full-corpus quality figures are measured by benchmarks/quality.py, not here."""
+`eval retrieval --rerank`; and `adapt` on the slice's corpus alone, refusing the candidate it trains. The full-corpus
+quality figures are measured by benchmarks/quality.py and benchmarks/adapt_bench.py, not here."""
 
 import json
 import subprocess
@@ -73,3 +74,37 @@ def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cl
         # two steps teach the cross-encoder little (measured alone: 0.52-0.58); the fused order still leans on the
         # retriever's (measured 0.77-0.80 against 0.85-0.90 unreranked)
         assert modes[f"{mode}+rerank"]["ndcg@10"] > 0.5 * modes[mode]["ndcg@10"], (mode, modes)
+
+
+def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_reranker(ray_cluster, scifact_slice,
+                                                                                   store):
+    """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks about 24 of the slice's abstracts, the round trip
+    filters the training questions, one training step makes a candidate that cannot beat the retriever's order on
+    the held-out questions, and the gate refuses it: nothing is promoted, and every count reconciles."""
+    from app.catalog import Catalog
+    from app.storage import Storage
+
+    corpus = store / "eval" / "scifact-slice"  # ingested by the tests above; adapt works on the index alone
+    overrides = ["adapt.chunks=24", "adapt.heldout=0.4", 'adapt.train={"max_steps": 1, "num_workers": 1, '
+                 '"batch_size": 4, "reranker": {"max_length": 96}}', "adapt.reranker_name=adapted",
+                 "adapt.writer.max_tokens=32", "adapt.writer.passage_words=80"]
+    report = ragline(corpus, ray_cluster, *(a for o in overrides for a in ("--set", o)), "adapt")
+    q = report["questions"]
+    n = q["counts"]
+    assert n["sampled"] == 24 and n["train"] > 0 and n["heldout"] > 0, n
+    assert n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + n["heldout"], n
+    storage = Storage(str(corpus))
+    lines = {name: storage.read_bytes(q[f"{name}_file"]).decode().splitlines()
+             for name in ("train", "heldout", "rejected")}
+    assert (len(lines["train"]), len(lines["heldout"]), len(lines["rejected"])) == (
+        n["train"], n["heldout"], sum(n["rejected"].values()))
+    train = [json.loads(line) for line in lines["train"]]
+    assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
+    assert not {r["chunk_id"] for r in train} & {json.loads(line)["chunk_id"] for line in lines["heldout"]}
+    assert report["served"] == "none" and report["candidate"] == "adapted:v1"
+    c = report["comparison"]
+    assert c["n"] == n["heldout"] and c["low"] <= 0 and report["decision"] == "refused", c
+    assert Catalog(storage).promoted("adapted") is None  # refused: what is served stays
+    assert Catalog(storage).get_model("adapted", 1).task == "reranker"
+    (listed,) = ragline(corpus, ray_cluster, "status")["adapt_runs"]
+    assert listed["questions"]["run_id"] == q["run_id"] and listed["report"]["decision"] == "refused"

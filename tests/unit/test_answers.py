@@ -13,6 +13,7 @@ from app.qa.metrics import cited_numbers, contains_answer, exact_match, f1, is_i
 from app.qa.questions import Question, dev_articles, load_questions, sample, squad_corpus, write_corpus
 from app.rag.prompt import rag_prompt, system_text
 from app.rag.protocol import Passage
+from app.storage import Storage
 from app.train.rag_qa import answer_for, consensus_answer, drops_gold, with_gold
 
 SQUAD = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "squad" / "dev-a-v1.1.json"
@@ -160,19 +161,37 @@ def test_the_served_prompt_asks_for_a_short_cited_answer() -> None:
     assert user.startswith("Question: Who?") and user.count("Question: Who?") == 2 and "[2] T" in user
 
 
-def test_a_generator_is_promoted_only_when_it_answers_better(tmp_path: Path) -> None:
-    from app.eval.answers import AnswerEvalReport
-    from app.promotion import question_set, refusal
+def test_a_generator_is_promoted_only_when_it_answers_better_past_noise(tmp_path: Path) -> None:
+    from app.config import GateConfig
+    from app.eval.answers import AnswerEvalReport, Scored, save
+    from app.promotion import compare, question_set, refusal
 
-    def run(f1: float, errors: int = 0) -> AnswerEvalReport:
-        return AnswerEvalReport(run_id="r", dataset="dev-a.json", split="dev", questions=200, index_version=1,
-                                generator="g", top_k=5, exact_match=0, f1=f1, citation_accuracy=0,
-                                gold_in_context=0, idk_rate=0, answer_tokens=0, latency_p50_s=0, latency_p95_s=0,
-                                tokens_per_s=0, errors=errors, wall_s=1, started_at="t")
+    storage = Storage(str(tmp_path / "store"))
 
-    assert refusal(run(20.0), run(20.1)) is None
-    assert refusal(run(20.0), run(20.0)) == "it does not answer better"  # a tie keeps what users have
-    assert "0 requests to the served graph and 3 to the candidate failed" in str(refusal(run(20.0), run(50.0, 3)))
+    def run(run_id: str, f1s: list[float], errors: int = 0) -> AnswerEvalReport:
+        """A stored run whose question i scored f1s[i]."""
+        report = AnswerEvalReport(run_id=run_id, dataset="dev-a.json", split="dev", questions=len(f1s),
+                                  index_version=1, generator="g", top_k=5, exact_match=0,
+                                  f1=100 * sum(f1s) / len(f1s), citation_accuracy=0, gold_in_context=0, idk_rate=0,
+                                  answer_tokens=0, latency_p50_s=0, latency_p95_s=0, tokens_per_s=0, errors=errors,
+                                  wall_s=1, started_at="t")
+        save(storage, report, [Scored(f"q{i}", "?", ("a",), "a", 0.0, f, True, True, False, 1, 0.1, "")
+                               for i, f in enumerate(f1s)])
+        return report
+
+    served = run("served", [0.2, 0.5, 0.0, 1.0] * 10)
+    gate = GateConfig(resamples=500)
+
+    def judged(candidate: AnswerEvalReport) -> str | None:
+        return refusal(served, candidate, compare(storage, served, candidate, gate))
+
+    assert judged(run("better", [0.4, 0.7, 0.1, 1.0] * 10)) is None
+    # one question of forty much better, the rest the same: F1 is higher, but not past noise
+    lucky = run("lucky", [0.2, 0.5, 0.0, 1.0] * 9 + [0.9, 0.5, 0.0, 1.0])
+    assert lucky.f1 > served.f1 and "does not answer better past noise" in str(judged(lucky))
+    assert "past noise" in str(judged(run("tie", [0.2, 0.5, 0.0, 1.0] * 10)))  # a tie keeps what users have
+    failing = run("failing", [1.0] * 40, errors=3)
+    assert "0 requests to the served graph and 3 to the candidate failed" in str(judged(failing))
     assert question_set({"sft": {"rag_qa": {"dataset": "/d/squad.json"}}}, None) == Path("/d/squad.json")
     assert question_set({"sft": {"rag_qa": None}}, tmp_path) == tmp_path
     with pytest.raises(ValueError, match="give --dataset"):

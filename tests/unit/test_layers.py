@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"app.indexing"},  # ingest → index build
     {"app.train", "app.eval"},
     {"app.services", "app.serving", "app.remote"},  # long-lived actors, Serve deployment, job submission
-    {"app.promotion", "app.overview"},  # evaluates through the served graph; what runs and is published
+    {"app.promotion", "app.overview", "app.adapt"},  # judged through the graph; what runs; adapting to a corpus
     {"deployments"},  # the Serve graph
     {"app.cli"},
 ]

@@ -1,0 +1,92 @@
+"""Synthetic questions, the pure part: the writer's prompt, what of its reply is a question, which questions are
+held out, and the JSONL rows a synthetic set is written as (the question-set format `ragline train` and
+`eval answers` read, `app.qa.questions`).
+
+The prompt puts the passage first and ends on "Question:", so a small instruct model continues with a question
+rather than with a preamble: on SciFact, SmolLM2-135M asked with the instruction first answered "What is the answer
+to this question?" for 6 of 16 passages, with the passage first for 1 of 16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+PROMPT = ("{passage}\n\nWrite a question that is answered by the text above, and its short answer copied from the "
+          "text.\nQuestion:")
+MIN_WORDS, MAX_WORDS = 4, 30  # a question's length in words: shorter is a fragment, longer a copied sentence
+# what a small writer produces when it has no question: a question about questions, or the prompt echoed
+DEGENERATE = re.compile(r"\b(the answer to (this|the) question|the text above|this passage)\b", re.IGNORECASE)
+
+ASKS = re.compile(r"(what|which|who|whom|whose|when|where|why|how|is|are|does|do|did|can|could|was|were|has|have)\b",
+                  re.IGNORECASE)
+ANSWER = re.compile(r"\bAnswer\s*:", re.IGNORECASE)
+ANSWER_TEXT = re.compile(r"\bAnswer\s*:\s*([^\n]+)", re.IGNORECASE)
+MAX_ANSWER_WORDS = 12
+
+Rejection = Literal["no_question", "too_short", "too_long", "degenerate", "copied"]
+
+
+class SyntheticRow(TypedDict):
+    """One line of a synthetic question set (JSONL): a question about one chunk of the index."""
+
+    id: str  # the chunk's id: one question per chunk
+    question: str
+    doc_id: str  # the chunk's document: the relevant document of the question
+    chunk_id: str
+    rank: int  # where the current retriever ranked doc_id (1-based; 0: not in the round trip's top k)
+    answers: list[str]  # the writer's answer, where the chunk holds it word for word; else empty
+
+
+@dataclass(frozen=True)
+class Written:
+    question: str | None
+    rejected: Rejection | None
+    answer: str | None = None  # the reply's answer, where the passage holds it word for word
+
+
+def prompt(title: str, text: str, words: int) -> str:
+    """The writer's user message for a chunk: its title and first `words` words."""
+    body = " ".join(text.split()[:words])
+    return PROMPT.format(passage=f"{title.strip()}. {body}" if title.strip() else body)
+
+
+def parse(reply: str, passage: str) -> Written:
+    """The question in the writer's reply (its first line, up to the first '?'; a line that asks without one, up
+    to an "Answer:"), or why there is none."""
+    line = ANSWER.split(reply.strip().split("\n", 1)[0], 1)[0].strip()
+    end = line.find("?")
+    if end < 0 and not ASKS.match(line):
+        return Written(None, "no_question")
+    question = " ".join(line[:end].split() if end >= 0 else line.rstrip(" .:").split()) + "?"
+    words = len(question.split())
+    if words < MIN_WORDS:
+        return Written(None, "too_short")
+    if words > MAX_WORDS:
+        return Written(None, "too_long")
+    if DEGENERATE.search(question):
+        return Written(None, "degenerate")
+    if question[:-1].lower() in " ".join(passage.split()).lower():  # a sentence of the passage with a '?'
+        return Written(None, "copied")
+    return Written(question, None, answer_span(reply, passage))
+
+
+def answer_span(reply: str, passage: str) -> str | None:
+    """The reply's "Answer: ..." when the passage holds it word for word (case and spacing aside): a span a
+    generator can learn to quote. A longer one is a sentence, not an answer."""
+    found = ANSWER_TEXT.search(reply)
+    if not found:
+        return None
+    answer = " ".join(found.group(1).split()).strip(" .")
+    if not answer or len(answer.split()) > MAX_ANSWER_WORDS:
+        return None
+    return answer if answer.lower() in " ".join(passage.split()).lower() else None
+
+
+def held_out(chunk_id: str, fraction: float, seed: int) -> bool:
+    """Whether a chunk's question is held out to judge candidates: a stable hash, so reruns agree and no
+    question is both trained on and judged by."""
+    digest = hashlib.sha256(f"{seed}:{chunk_id}".encode()).hexdigest()
+    return int(digest[:8], 16) / 0x1_0000_0000 < fraction

@@ -1,0 +1,73 @@
+"""`ragline adapt`: adapt the reranker to a collection with no labels; `ragline adapt questions`: only its first
+step, the synthetic question sets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.cli.context import Collection, Context, connect
+from app.cli.render import out, print_json
+from app.errors import NotFound
+
+Reuse = Annotated[str | None, typer.Option("--questions", metavar="RUN", help="Reuse the question sets of this "
+                                           "synthesis run (`ragline adapt questions` prints its id) instead of "
+                                           "writing new ones.")]
+
+
+def adapt(
+    ctx: typer.Context,
+    collection: Collection = "default",
+    questions: Reuse = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Write questions about the collection's chunks (vLLM on Ray Data), keep those the retriever answers, train
+    the reranker on them, and promote it only if it ranks held-out questions' passages better than the served one
+    (a paired bootstrap). Settings: the `adapt` section of the config (--set adapt.chunks=500)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from app.adapt.run import adapt as run_adapt
+    from app.adapt.synthesize import RUNS, SyntheticSet
+
+    c: Context = ctx.obj
+    storage = c.collection(collection)
+    reused = None
+    if questions is not None:
+        if not storage.exists(f"{RUNS}/{questions}/questions.json"):
+            raise NotFound(f"no synthesis run {questions!r} in collection {collection!r}")
+        reused = SyntheticSet.model_validate(storage.read_json(f"{RUNS}/{questions}/questions.json"))
+    connect(c)
+    report = run_adapt(c.storage, collection, c.cfg, reused)
+    if as_json:
+        return print_json(report.model_dump())
+    q = report.questions
+    out.print(f"questions {q.run_id}: {q.counts.train} to train on and {q.counts.heldout} held out, of "
+              f"{q.counts.sampled} chunks asked about ({sum(q.counts.rejected.values())} replies held no question, "
+              f"{q.counts.dropped} failed the round trip)")
+    out.print(f"{report.candidate} against {report.served}: {report.comparison.describe(f'nDCG@{c.cfg.gate.k}')}")
+    out.print(f"{report.decision}: " + (f"a graph serving serve.reranker.model=catalog:{report.candidate.split(':')[0]}"
+                                        " swaps to it" if report.decision == "promoted" else "nothing served changed"))
+
+
+def adapt_questions(
+    ctx: typer.Context,
+    collection: Collection = "default",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Only the synthetic questions: sampled chunks → question writer (vLLM on Ray Data) → round trip → a training
+    set and a held-out set (JSONL, the question-set format `ragline train reranker` reads)."""
+    from app.adapt.run import writer_model
+    from app.adapt.synthesize import synthesize
+
+    c: Context = ctx.obj
+    storage = c.collection(collection)
+    connect(c)
+    result = synthesize(storage, c.cfg.adapt, c.cfg.search, writer_model(c.cfg, c.storage))
+    if as_json:
+        return print_json(result.model_dump())
+    n = result.counts
+    out.print(f"synthesis run {result.run_id}: {n.train} training and {n.heldout} held-out questions of {n.sampled} "
+              f"chunks (rejected {n.rejected or 'none'}, {n.dropped} failed the round trip); writing took "
+              f"{result.write_s:.0f} s, the round trip {result.round_trip_s:.0f} s\n"
+              f"  {storage.path(result.train_file)}\n  {storage.path(result.heldout_file)}")

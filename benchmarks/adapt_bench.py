@@ -1,0 +1,122 @@
+"""`ragline adapt` on SciFact's corpus alone (no qrels, no queries), judged on SciFact's dev qrels, which adapt
+never reads; side by side in one run with what a user without labels has otherwise:
+
+- the retriever alone (dense, BM25, hybrid: nothing trained);
+- the reranker `ragline train reranker` makes without labels today (pseudo-queries: a chunk's title or first
+  sentence, `reranker.self_queries`), trained the same way on as many queries as adapt kept;
+- adapt's reranker, trained on the synthetic questions (SmolLM2 on vLLM through Ray Data, round-trip filtered).
+
+Each reranker is scored as served: the hybrid retriever's top `serve.reranker.candidates` reordered by the
+cross-encoder fused with the retriever's order ("hybrid+rerank"). The qrels-trained reranker's figure is quoted
+from the newest benchmarks/results/quality-*.json (benchmarks/quality.py trains it: 25 minutes), not rerun.
+
+    .venv/bin/python benchmarks/adapt_bench.py [--chunks 800] [--dataset ../shared/datasets/scifact]
+
+Writes benchmarks/results/adapt-<date>-<cpu>.json (with each stage's time on this machine) and the table in
+docs/benchmarks.md. One run of each (training is minutes on 2 cores): the quality figures are one seed's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import readme_tables  # noqa: E402
+
+
+def evaluate(dataset: Path, root: str, cfg: Any, reranker: str | None) -> dict[str, Any]:
+    from app.eval.retrieval import evaluate_retrieval
+
+    modes = ("dense", "lexical", "hybrid") if reranker is None else ("hybrid",)
+    result = evaluate_retrieval(dataset, "dev", root, cfg, modes=modes, reranker=reranker,
+                                rerank_top=cfg.serve.reranker.candidates, progress=False)
+    return dict(result["modes"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", type=Path, default=ROOT.parent / "shared" / "datasets" / "scifact")
+    ap.add_argument("--chunks", type=int, default=800, help="chunks adapt writes a question about")
+    ap.add_argument("--out", type=Path, default=None, help="results file (default: benchmarks/results/, and the "
+                    "docs table is rewritten)")
+    args = ap.parse_args(argv)
+    dataset = args.dataset.resolve()
+    import ray
+
+    from app.adapt.run import TRAIN, adapt
+    from app.catalog import Catalog
+    from app.config import AppConfig
+    from app.config_files import merge
+    from app.indexing import ensure_index
+    from app.models import trained
+    from app.raycluster import NAMESPACE
+    from app.storage import Storage
+    from app.train.config import parse_job_config
+    from app.train.run import run_training
+
+    ray.init(address="local", num_cpus=os.cpu_count(), namespace=NAMESPACE, include_dashboard=False,
+             log_to_driver=False)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="rl-adapt-") as tmp:
+        root = f"{tmp}/store"
+        corpus = Storage(f"{root}/eval/{dataset.name}")  # where evaluate_retrieval ingests the corpus
+        cfg = AppConfig.model_validate({"adapt": {"chunks": args.chunks}})
+        t0 = time.perf_counter()
+        ensure_index(dataset, corpus, cfg)
+        ingest_s = time.perf_counter() - t0
+        untrained = evaluate(dataset, root, cfg, None)
+
+        t0 = time.perf_counter()
+        report = adapt(corpus, "default", cfg)
+        adapt_s = time.perf_counter() - t0
+        catalog = Catalog(corpus)
+        adapted_dir = trained.local_dir(catalog.get_model("reranker", 1), corpus)
+        adapted = evaluate(dataset, root, cfg, adapted_dir)
+
+        # today's no-label reranker: as many pseudo-queries as adapt kept questions, trained the same way
+        t0 = time.perf_counter()
+        job = parse_job_config(merge(TRAIN, {"task": "reranker", "name": "self-pairs", "register_as": "self-pairs",
+                                             "reranker": {"self_queries": report.questions.counts.train}}), "bench")
+        record = run_training(job, corpus)
+        self_pairs_s = time.perf_counter() - t0
+        assert record["state"] == "succeeded", record
+        self_dir = trained.local_dir(catalog.get_model("self-pairs", int(record["model"]["version"])), corpus)
+        self_pairs = evaluate(dataset, root, cfg, self_dir)
+    ray.shutdown()
+
+    quality = json.loads(readme_tables.latest("quality").read_text())
+    metric = "ndcg@10"
+    row = {"untrained": {m: untrained[m][metric] for m in ("dense", "lexical", "hybrid")},
+           "self_pairs_rerank": self_pairs["hybrid+rerank"][metric], "adapt_rerank": adapted["hybrid+rerank"][metric],
+           "qrels_rerank": quality["median"]["hybrid+rerank"][metric]}
+    result = {
+        "benchmark": "adapt", "date": dt.date.today().isoformat(),
+        "command": f"benchmarks/adapt_bench.py --chunks {args.chunks}", "dataset": dataset.name, "split": "dev",
+        "metric": metric, "ndcg": row,
+        "ratios": {"adapt_over_self_pairs": round(row["adapt_rerank"] / row["self_pairs_rerank"], 4),
+                   "adapt_over_hybrid": round(row["adapt_rerank"] / row["untrained"]["hybrid"], 4)},
+        "qrels_source": readme_tables.latest("quality").name,
+        "adapt": report.model_dump(),
+        "seconds": {"ingest": round(ingest_s, 1), "write_questions": report.questions.write_s,
+                    "round_trip": report.questions.round_trip_s, "train": report.train_s, "judge": report.judge_s,
+                    "adapt": round(adapt_s, 1), "self_pairs_train": round(self_pairs_s, 1)},
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps({k: result[k] for k in ("ndcg", "ratios", "seconds")}, indent=2))
+    readme_tables.save("adapt", result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

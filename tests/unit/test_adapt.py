@@ -1,0 +1,119 @@
+"""`ragline adapt`'s pure parts: the writer's prompt and what of its reply is a question, the held-out split, the
+round trip's rank, the chunk sample, the paired bootstrap that gates promotion, and the synthetic question set as
+the question-set reader takes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from app.adapt.questions import held_out, parse, prompt
+from app.adapt.roundtrip import doc_rank
+from app.adapt.synthesize import sample_chunks
+from app.cli import app as cli
+from app.errors import UserError
+from app.eval.paired import paired_bootstrap
+from app.qa.questions import load_questions
+
+PASSAGE = "Lifeact is a 17 amino acid peptide that stains filamentous actin in living cells without disturbing them."
+
+
+def test_the_prompt_puts_the_passage_first_and_ends_on_question():
+    p = prompt("Lifeact", "word " * 500, words=20)
+    assert p.startswith("Lifeact. word word") and p.endswith("Question:")
+    assert p.count("word") == 20 + 0  # the passage is cut to its first 20 words
+    assert prompt("", "a b c", 10).startswith("a b c\n")
+
+
+@pytest.mark.parametrize(("reply", "question", "rejected"), [
+    (" What does Lifeact stain in living cells?\nAnswer: filamentous actin", "What does Lifeact stain in living cells?",
+     None),
+    ("What  does Lifeact\tstain? It stains actin", "What does Lifeact stain?", None),  # first '?' ends it
+    ("How is actin stained in living cells Answer: with Lifeact", "How is actin stained in living cells?", None),
+    ("Lifeact stains actin.", None, "no_question"),
+    ("Why?", None, "too_short"),
+    ("What " + "very " * 40 + "long?", None, "too_long"),
+    ("What is the answer to this question?", None, "degenerate"),
+    ("Lifeact is a 17 amino acid peptide that stains filamentous actin?", None, "copied"),
+])
+def test_a_reply_is_a_question_or_a_reason(reply, question, rejected):
+    written = parse(reply, PASSAGE)
+    assert (written.question, written.rejected) == (question, rejected)
+
+
+def test_an_answer_is_kept_only_where_the_passage_holds_it():
+    assert parse("What does Lifeact stain?\nAnswer: Filamentous  actin.", PASSAGE).answer == "Filamentous actin"
+    assert parse("What does Lifeact stain? Answer: filamentous actin", PASSAGE).answer == "filamentous actin"
+    assert parse("What does Lifeact stain?\nAnswer: microtubules", PASSAGE).answer is None  # not in the passage
+    assert parse("What does Lifeact stain?", PASSAGE).answer is None
+    long = "Lifeact is a 17 amino acid peptide that stains filamentous actin in living cells"
+    assert parse(f"What is Lifeact?\nAnswer: {long}", PASSAGE).answer is None  # a sentence, not an answer
+
+
+def test_the_held_out_split_is_stable_and_near_its_fraction():
+    ids = [f"doc{i}#{i % 3}" for i in range(4000)]
+    first = [held_out(i, 0.2, seed=0) for i in ids]
+    assert first == [held_out(i, 0.2, seed=0) for i in ids]
+    assert 0.18 < sum(first) / len(ids) < 0.22
+    assert first != [held_out(i, 0.2, seed=1) for i in ids]  # the seed draws another split
+
+
+def test_doc_rank_counts_documents_not_chunks():
+    assert doc_rank("b", ["a", "a", "c", "b", "b"]) == 3
+    assert doc_rank("z", ["a", "b"]) == 0
+
+
+def test_the_sample_is_seeded_and_skips_short_chunks():
+    chunks = [{"chunk_id": f"c{i}", "doc_id": f"d{i}", "title": None, "text": "w " * (5 if i % 2 else 40)}
+              for i in range(50)]
+    picked = sample_chunks(chunks, 10, min_words=30, seed=7)
+    assert len(picked) == 10 and all(int(c["chunk_id"][1:]) % 2 == 0 for c in picked)
+    assert picked == sample_chunks(chunks, 10, 30, seed=7) != sample_chunks(chunks, 10, 30, seed=8)
+    assert picked[0]["title"] == ""
+    assert len(sample_chunks(chunks, 100, 30, seed=7)) == 25  # all there are
+
+
+def test_a_clear_gain_passes_the_gate_and_noise_or_a_loss_does_not():
+    served = [0.5, 0.0, 1.0, 0.3, 0.6, 0.2, 0.9, 0.4] * 10
+    better = paired_bootstrap(served, [min(1.0, s + 0.1) for s in served], resamples=1000)
+    assert better.better and better.low > 0 and better.difference == pytest.approx(0.0875)  # 1.0 cannot gain
+    # as many questions gained as lost: the mean moves a little, the interval spans zero
+    noisy = [s + (0.3 if i % 2 else -0.28) for i, s in enumerate(served)]
+    noise = paired_bootstrap(served, noisy, resamples=1000)
+    assert noise.difference > 0 and noise.low < 0 < noise.high and not noise.better
+    worse = paired_bootstrap(served, [s - 0.1 for s in served], resamples=1000)
+    assert not worse.better and worse.high < 0
+    assert not paired_bootstrap(served, served).better  # a tie keeps what is served
+    assert "over 80 questions" in better.describe("nDCG@10")
+
+
+def test_a_synthetic_set_reads_as_questions_without_answers(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"id": "c1", "question": "What stains actin?", "doc_id": "d1", "chunk_id": "c1",
+                                "rank": 2}) + "\n")
+    (q,) = load_questions(path, "all", answers=False)
+    assert (q.qid, q.question, q.answers, q.doc_id) == ("c1", "What stains actin?", (), "d1")
+    with pytest.raises(UserError, match="'answers' must be a non-empty list"):
+        load_questions(path, "all")  # answer evaluation and rag_qa need them
+
+
+def test_adapt_names_a_synthesis_run_that_does_not_exist(tmp_path):
+    result = CliRunner().invoke(cli, ["--storage", str(tmp_path), "adapt", "--questions", "adapt-nope"])
+    assert result.exit_code != 0 and "no synthesis run 'adapt-nope' in collection 'default'" in str(result.exception)
+    result = CliRunner().invoke(cli, ["--storage", str(tmp_path), "adapt", "--collection", "Bad/Name"])
+    assert "collection name 'Bad/Name'" in str(result.exception)
+
+
+def test_a_bad_training_field_fails_before_any_question_is_written(tmp_path):
+    from app.adapt.run import adapt
+    from app.config import AppConfig, load_config
+    from app.storage import Storage
+
+    cfg = AppConfig.model_validate({"adapt": {"train": {"lr": "fast", "epochz": 2}}})
+    with pytest.raises(UserError, match=r"invalid config \(adapt.train\)") as e:
+        adapt(Storage(str(tmp_path)), "default", cfg)  # raises before it needs Ray or an index
+    assert "lr: Input should be a valid number" in str(e.value) and "epochz: Extra inputs" in str(e.value)
+    with pytest.raises(UserError, match="adapt.chunks"):
+        load_config(None, ["adapt.chunks=0"])
