@@ -61,13 +61,13 @@ def parse(reply: str, passage: str) -> Written:
     if end < 0 and not ASKS.match(line):
         return Written(None, "no_question")
     question = " ".join(line[:end].split() if end >= 0 else line.rstrip(" .:").split()) + "?"
+    if DEGENERATE.search(question):  # first: its repetitions are often too long too
+        return Written(None, "degenerate")
     words = len(question.split())
     if words < MIN_WORDS:
         return Written(None, "too_short")
     if words > MAX_WORDS:
         return Written(None, "too_long")
-    if DEGENERATE.search(question):
-        return Written(None, "degenerate")
     if question[:-1].lower() in " ".join(passage.split()).lower():  # a sentence of the passage with a '?'
         return Written(None, "copied")
     return Written(question, None, answer_span(reply, passage))

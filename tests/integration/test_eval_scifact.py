@@ -81,6 +81,7 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_rerank
     """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks about 24 of the slice's abstracts, the round trip
     filters the training questions, one training step makes a candidate that cannot beat the retriever's order on
     the held-out questions, and the gate refuses it: nothing is promoted, and every count reconciles."""
+    from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.storage import Storage
 
@@ -106,5 +107,5 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_rerank
     assert c["n"] == n["heldout"] and c["low"] <= 0 and report["decision"] == "refused", c
     assert Catalog(storage).promoted("adapted") is None  # refused: what is served stays
     assert Catalog(storage).get_model("adapted", 1).task == "reranker"
-    (listed,) = ragline(corpus, ray_cluster, "status")["adapt_runs"]
-    assert listed["questions"]["run_id"] == q["run_id"] and listed["report"]["decision"] == "refused"
+    (listed,) = adapt_runs(storage)  # what `ragline status` lists
+    assert listed.questions.run_id == q["run_id"] and listed.report and listed.report.decision == "refused"
