@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from app import collections, envs, hardware, tracking
 from app.adapt.gate import candidates, ndcg_per_question
 from app.adapt.questions import SyntheticRow
-from app.adapt.synthesize import RUNS, SyntheticSet, local_file, synthesize
+from app.adapt.synthesize import RUNS, SyntheticSet, local_file, synthesis_run, synthesize
 from app.catalog import Catalog
 from app.config import AppConfig
 from app.config_files import merge
@@ -64,9 +64,8 @@ def adapt_runs(storage: Storage) -> list[AdaptRun]:
         if not storage.exists(f"{RUNS}/{run}/questions.json"):  # a run still writing, or not Ragline's
             continue
         report = f"{RUNS}/{run}/report.json"
-        out.append(AdaptRun(questions=SyntheticSet.model_validate(storage.read_json(f"{RUNS}/{run}/questions.json")),
-                            report=AdaptReport.model_validate(storage.read_json(report))
-                            if storage.exists(report) else None))
+        out.append(AdaptRun(questions=synthesis_run(storage, run, storage.uri), report=AdaptReport.model_validate(
+            storage.read_json(report)) if storage.exists(report) else None))
     return out
 
 

@@ -18,7 +18,7 @@ from app.adapt.roundtrip import RoundTrip
 from app.adapt.writer import write_questions
 from app.catalog import now_iso
 from app.config import AdaptConfig, SearchConfig
-from app.errors import UserError
+from app.errors import NotFound, UserError
 from app.eval import new_run_id
 from app.storage import Storage
 
@@ -49,6 +49,14 @@ class SyntheticSet(BaseModel):
     train_file: str  # storage-relative JSONL (app.adapt.questions.SyntheticRow)
     heldout_file: str
     rejected_file: str  # {chunk_id, reason, reply}: what the writer said instead of a question
+
+
+def synthesis_run(storage: Storage, run_id: str, where: str) -> SyntheticSet:
+    """A stored synthesis run, or NotFound naming `where` it was looked for (a collection, for the user)."""
+    rel = f"{RUNS}/{run_id}/questions.json"
+    if not storage.exists(rel):
+        raise NotFound(f"no synthesis run {run_id!r} in {where}")
+    return SyntheticSet.model_validate(storage.read_json(rel))
 
 
 def sample_chunks(chunks: Any, n: int, min_words: int, seed: int) -> list[dict[str, str]]:

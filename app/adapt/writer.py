@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 LIGHT_CPUS = 0.1  # the stages beside the engine: string work, a few ms a batch
 
 
-def writer(cfg: WriterConfig, model_path: str) -> Any:
-    """A `ray.data.llm` processor: rows {chunk_id, doc_id, title, text} in, the same rows with `question` (None
-    when the reply held none), `rejected` (why, else None) and the writer's `reply` out."""
+def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str) -> ray.data.Dataset:
+    """`ray.data.llm`'s vLLM processor over `chunks`: rows {chunk_id, doc_id, title, text} in, the same rows with
+    `question` (None when the reply held none), `rejected` (why, else None), `answer` and the writer's `reply`
+    out."""
     from ray.data.llm import ChatTemplateStageConfig, build_processor, vLLMEngineProcessorConfig
 
     engine_kwargs: dict[str, object] = {
@@ -53,8 +54,4 @@ def writer(cfg: WriterConfig, model_path: str) -> Any:
 
     light = {"num_cpus": LIGHT_CPUS}
     return build_processor(config, preprocess=ask, postprocess=read, preprocess_map_kwargs=light,
-                           postprocess_map_kwargs=light)
-
-
-def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str) -> ray.data.Dataset:
-    return writer(cfg, model_path)(chunks)
+                           postprocess_map_kwargs=light)(chunks)

@@ -9,7 +9,6 @@ import typer
 
 from app.cli.context import Collection, Context, connect
 from app.cli.render import out, print_json
-from app.errors import NotFound
 
 Reuse = Annotated[str | None, typer.Option("--questions", metavar="RUN", help="Reuse the question sets of this "
                                            "synthesis run (`ragline adapt questions` prints its id) instead of "
@@ -28,15 +27,11 @@ def adapt(
     if ctx.invoked_subcommand is not None:
         return
     from app.adapt.run import adapt as run_adapt
-    from app.adapt.synthesize import RUNS, SyntheticSet
+    from app.adapt.synthesize import synthesis_run
 
     c: Context = ctx.obj
     storage = c.collection(collection)
-    reused = None
-    if questions is not None:
-        if not storage.exists(f"{RUNS}/{questions}/questions.json"):
-            raise NotFound(f"no synthesis run {questions!r} in collection {collection!r}")
-        reused = SyntheticSet.model_validate(storage.read_json(f"{RUNS}/{questions}/questions.json"))
+    reused = synthesis_run(storage, questions, f"collection {collection!r}") if questions is not None else None
     connect(c)
     report = run_adapt(c.storage, collection, c.cfg, reused)
     if as_json:
