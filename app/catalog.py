@@ -49,6 +49,9 @@ class EmbedderInfo(BaseModel):
                                  "embedded at the same. Versions written before it existed are fp32.")
     runtime: Runtime = Field(default="torch", description="What computed the vectors (PyTorch or OpenVINO); "
                              "questions are embedded by the same. Versions written before it existed are torch.")
+    files: str | None = Field(default=None, description="A trained embedder's files (its catalog version's "
+                              "directory, a path or storage URI); `name` is then `catalog:NAME:VERSION`. None: "
+                              "`name` is a packaged model, a local directory or a hub id.")
 
 
 class Manifest(BaseModel):

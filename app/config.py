@@ -507,12 +507,13 @@ class GateConfig(ConfigBase):
     confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Two-sided confidence of the interval of "
                               "the mean difference; a candidate is promoted only when the interval's lower end is "
                               "above 0.")
-    k: int = Field(default=10, ge=1, description="adapt judges a reranker by nDCG@k of the held-out questions.")
+    k: int = Field(default=10, ge=1, description="adapt judges an embedder or a reranker by nDCG@k of the held-out "
+                   "questions.")
 
 
 class AdaptConfig(ConfigBase):
-    """`ragline adapt`: synthetic questions for a collection, the reranker trained on them, promotion if it beats
-    what is served."""
+    """`ragline adapt`: synthetic questions for a collection, the embedder and the reranker trained on them, each
+    promoted only if it beats what is served."""
 
     chunks: int = Field(default=2000, ge=1, description="Chunks sampled (seeded) to write one question each.")
     min_chunk_words: int = Field(default=30, ge=1, description="Shorter chunks are not asked about (a heading, "
@@ -524,11 +525,19 @@ class AdaptConfig(ConfigBase):
                               "its chunk's document in this top k (InPars / Promptagator's filter).")
     round_trip_mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid",
                                                                      description="Search mode of the round trip.")
+    roles: list[Literal["embedder", "reranker"]] = Field(
+        default=["embedder", "reranker"], min_length=1, description="What adapt trains and judges, in this order: "
+        "embedder (a candidate index re-embedded by it against the served index, retrieval alone), reranker (the "
+        "candidate against the promoted reranker, on the index served by then).")
     reranker_name: str = Field(default="reranker", description="Catalog name of the trained reranker; the gate "
                                "judges it against this name's promoted version (serve.reranker.model).")
+    embedder_name: str = Field(default="embedder", description="Catalog name of the trained embedder.")
     train: dict[str, Any] = Field(default_factory=dict, description="Fields of the reranker's training job, over "
                                   "adapt's own (as in deployments/jobs/reranker.yaml: 2 epochs at lr 2e-4, 3 "
                                   "negatives), e.g. {max_steps: 200, num_workers: 1}.")
+    embedder_train: dict[str, Any] = Field(default_factory=dict, description="Fields of the embedder's training "
+                                           "job, over adapt's own (2 epochs at lr 3e-5, 3 hard negatives, 16 "
+                                           "questions a worker per step).")
     writer: WriterConfig = Field(default_factory=WriterConfig)
 
 

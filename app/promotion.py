@@ -33,6 +33,9 @@ class PromotionResult(BaseModel):
     served: AnswerEvalReport | None = None  # the graph as it serves now
     candidate: AnswerEvalReport | None = None  # the same graph with the candidate as its generator
     comparison: Comparison | None = None  # per-question F1, paired
+    # an embedder: the index version that re-embedded the collection with it, which the graph swaps to
+    index_version: int | None = None
+    collection: str | None = None
 
 
 def compare(storage: Storage, served: AnswerEvalReport, candidate: AnswerEvalReport, gate: GateConfig) -> Comparison:

@@ -4,7 +4,10 @@ never reads; side by side in one run with what a user without labels has otherwi
 - the retriever alone (dense, BM25, hybrid: nothing trained);
 - the reranker `ragline train reranker` makes without labels today (pseudo-queries: a chunk's title or first
   sentence, `reranker.self_queries`), trained the same way on as many queries as adapt kept;
-- adapt's reranker, trained on the synthetic questions (SmolLM2 on vLLM through Ray Data, round-trip filtered).
+- adapt's reranker, trained on the synthetic questions (SmolLM2 on vLLM through Ray Data, round-trip filtered);
+- adapt's embedder, trained on the same questions: the corpus re-embedded by it (dense, BM25, hybrid), and with
+  adapt's reranker on top (what adapt serves when the gate lets both through). Measured whatever the gate decided:
+  a refused candidate index is published in the benchmark's own store to be measured.
 
 Each reranker is scored as served: the hybrid retriever's top `serve.reranker.candidates` reordered by the
 cross-encoder fused with the retriever's order ("hybrid+rerank"). The qrels-trained reranker's figure is quoted
@@ -58,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.catalog import Catalog
     from app.config import AppConfig
     from app.config_files import merge
+    from app.index.build import build_index
     from app.indexing import ensure_index
-    from app.models import trained
+    from app.models import embedder, trained
     from app.raycluster import NAMESPACE
     from app.storage import Storage
     from app.train.config import parse_job_config
@@ -78,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         untrained = evaluate(dataset, root, cfg, None)
 
         t0 = time.perf_counter()
-        report = adapt(corpus, "default", cfg)
+        report = adapt(corpus, "default", cfg.model_copy(update={"adapt": cfg.adapt.model_copy(
+            update={"roles": ["reranker"]})}))
         adapt_s = time.perf_counter() - t0
         catalog = Catalog(corpus)
         adapted_dir = trained.local_dir(catalog.get_model("reranker", 1), corpus)
@@ -86,31 +91,52 @@ def main(argv: list[str] | None = None) -> int:
 
         # today's no-label reranker: as many pseudo-queries as adapt kept questions, trained the same way
         t0 = time.perf_counter()
-        job = parse_job_config(merge(TRAIN, {"task": "reranker", "name": "self-pairs", "register_as": "self-pairs",
-                                             "reranker": {"self_queries": report.questions.counts.train}}), "bench")
+        job = parse_job_config(merge(TRAIN["reranker"], {
+            "task": "reranker", "name": "self-pairs", "register_as": "self-pairs",
+            "reranker": {"self_queries": report.questions.counts.train}}), "bench")
         record = run_training(job, corpus)
         self_pairs_s = time.perf_counter() - t0
         assert record["state"] == "succeeded", record
         self_dir = trained.local_dir(catalog.get_model("self-pairs", int(record["model"]["version"])), corpus)
         self_pairs = evaluate(dataset, root, cfg, self_dir)
+
+        # the embedder on the same questions, judged by the gate against the base index
+        t0 = time.perf_counter()
+        embedder_report = adapt(corpus, "default", cfg.model_copy(update={"adapt": cfg.adapt.model_copy(
+            update={"roles": ["embedder"]})}), questions=report.questions)
+        embedder_s = time.perf_counter() - t0
+        (role,) = embedder_report.roles
+        if role.decision == "refused":  # measured all the same: published in this benchmark's own store
+            base = Catalog(corpus).resolve("indexes", None).embedder
+            build_index(corpus, cfg, None, embedder.target("catalog:embedder:1", corpus,
+                                                           embedder.Variant(base.runtime, base.precision)))
+        reembedded = evaluate(dataset, root, cfg, None)
+        both = evaluate(dataset, root, cfg, adapted_dir)
     ray.shutdown()
 
     quality = json.loads(readme_tables.latest("quality").read_text())
     metric = "ndcg@10"
     row = {"untrained": {m: untrained[m][metric] for m in ("dense", "lexical", "hybrid")},
            "self_pairs_rerank": self_pairs["hybrid+rerank"][metric], "adapt_rerank": adapted["hybrid+rerank"][metric],
+           "adapt_embedder": {m: reembedded[m][metric] for m in ("dense", "lexical", "hybrid")},
+           "adapt_embedder_rerank": both["hybrid+rerank"][metric],
            "qrels_rerank": quality["median"]["hybrid+rerank"][metric]}
     result = {
         "benchmark": "adapt", "date": dt.date.today().isoformat(),
         "command": f"benchmarks/adapt_bench.py --chunks {args.chunks}", "dataset": dataset.name, "split": "dev",
         "metric": metric, "ndcg": row,
         "ratios": {"adapt_over_self_pairs": round(row["adapt_rerank"] / row["self_pairs_rerank"], 4),
-                   "adapt_over_hybrid": round(row["adapt_rerank"] / row["untrained"]["hybrid"], 4)},
+                   "adapt_over_hybrid": round(row["adapt_rerank"] / row["untrained"]["hybrid"], 4),
+                   "adapt_embedder_dense_over_untrained": round(row["adapt_embedder"]["dense"]
+                                                                / row["untrained"]["dense"], 4),
+                   "adapt_both_over_hybrid": round(row["adapt_embedder_rerank"] / row["untrained"]["hybrid"], 4)},
         "qrels_source": readme_tables.latest("quality").name,
-        "adapt": report.model_dump(),
+        "adapt": report.model_dump(), "adapt_embedder": embedder_report.model_dump(),
         "seconds": {"ingest": round(ingest_s, 1), "write_questions": report.questions.write_s,
-                    "round_trip": report.questions.round_trip_s, "train": report.train_s, "judge": report.judge_s,
-                    "adapt": round(adapt_s, 1), "self_pairs_train": round(self_pairs_s, 1)},
+                    "round_trip": report.questions.round_trip_s, "train": report.roles[0].train_s,
+                    "judge": report.roles[0].judge_s, "adapt": round(adapt_s, 1),
+                    "self_pairs_train": round(self_pairs_s, 1), "embedder_train": role.train_s,
+                    "embedder_judge": role.judge_s, "adapt_embedder": round(embedder_s, 1)},
         "wall_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps({k: result[k] for k in ("ndcg", "ratios", "seconds")}, indent=2))

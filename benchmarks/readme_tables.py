@@ -87,7 +87,8 @@ def quality_table(r: dict[str, Any], source: str) -> str:
 
 def adapt_table(r: dict[str, Any], source: str) -> str:
     n, a, sec = r["ndcg"], r["adapt"], r["seconds"]
-    counts, cmp = a["questions"]["counts"], a["comparison"]
+    counts = a["questions"]["counts"]
+    reranker = a["roles"][0] if "roles" in a else a  # results before the embedder joined hold one role, unnamed
     lines = [
         f"SciFact {r['split']} nDCG@10, no labels read (`{r['command']}`, {r['date']}, {source}):",
         "",
@@ -97,19 +98,36 @@ def adapt_table(r: dict[str, Any], source: str) -> str:
         f"{n['untrained']['hybrid']:.3f} |",
         f"| hybrid + reranker from pseudo-queries (titles, first sentences) | {n['self_pairs_rerank']:.3f} |",
         f"| hybrid + reranker from `ragline adapt`'s synthetic questions | {n['adapt_rerank']:.3f} |",
+    ]
+    if "adapt_embedder" in n:
+        e = n["adapt_embedder"]
+        lines += [f"| dense / BM25 / hybrid, embedder from `ragline adapt`'s synthetic questions | {e['dense']:.3f} "
+                  f"/ {e['lexical']:.3f} / {e['hybrid']:.3f} |",
+                  f"| hybrid + reranker, both from `ragline adapt` | {n['adapt_embedder_rerank']:.3f} |"]
+    lines += [
         f"| hybrid + reranker from the train qrels (labels; its top 50 reranked; {r['qrels_source']}) | "
         f"{n['qrels_rerank']:.3f} |",
         "",
         f"adapt against pseudo-queries: {r['ratios']['adapt_over_self_pairs']:.3f}x; against hybrid alone: "
         f"{r['ratios']['adapt_over_hybrid']:.3f}x. Questions: {counts['sampled']} chunks asked, "
         f"{sum(counts['rejected'].values())} replies held none, {counts['dropped']} failed the round trip, "
-        f"{counts['train']} trained on, {counts['heldout']} held out. The gate ({cmp['n']} held-out questions): "
-        f"nDCG@10 {cmp['candidate']:.3f} against {cmp['served']:.3f} served, interval [{cmp['low']:+.3f}, "
-        f"{cmp['high']:+.3f}]: {a['decision']}. Seconds: writing {sec['write_questions']:.0f} (the engine's load "
-        f"included), round trip {sec['round_trip']:.0f}, training {sec['train']:.0f}, judging {sec['judge']:.0f}; "
-        f"the whole adapt {sec['adapt']:.0f}.",
+        f"{counts['train']} trained on, {counts['heldout']} held out. {_gate('reranker', reranker)}",
     ]
+    if "adapt_embedder" in r:
+        lines[-1] += " " + _gate("embedder", r["adapt_embedder"]["roles"][0])
+    lines[-1] += (f" Seconds: writing {sec['write_questions']:.0f} (the engine's load included), round trip "
+                  f"{sec['round_trip']:.0f}, reranker training {sec['train']:.0f}, judging {sec['judge']:.0f}")
+    if "embedder_train" in sec:
+        lines[-1] += f", embedder training {sec['embedder_train']:.0f}, re-embedding and judging " \
+                     f"{sec['embedder_judge']:.0f}"
+    lines[-1] += f"; adapt with the reranker alone {sec['adapt']:.0f}."
     return "\n".join(lines)
+
+
+def _gate(role: str, judged: dict[str, Any]) -> str:
+    c = judged["comparison"]
+    return (f"The {role}'s gate ({c['n']} held-out questions): nDCG@10 {c['candidate']:.3f} against "
+            f"{c['served']:.3f} served, interval [{c['low']:+.3f}, {c['high']:+.3f}]: {judged['decision']}.")
 
 
 def generate_table(r: dict[str, Any], source: str) -> str:

@@ -1,17 +1,21 @@
-"""`ragline adapt`: from a collection alone to a better served reranker, or to nothing changed.
+"""`ragline adapt`: from a collection alone to a better served embedder and reranker, or to nothing changed.
 
 1. Synthetic questions (`synthesize`): the writer asks about sampled chunks; the round trip keeps what the current
    retriever leads back to; a stable share is held out.
-2. The reranker task trains on the training questions (hard negatives mined from the collection's index).
-3. The gate scores the served reranker (the promoted version of `adapt.reranker_name`, or none) and the candidate
-   on the held-out questions, and promotes the candidate only when a paired bootstrap puts it above what is
-   served. A graph serving `serve.reranker.model=catalog:NAME` then swaps to it; a worse candidate changes nothing.
+2. Each role of `adapt.roles` trains on the training questions (hard negatives mined from the collection's index)
+   and is judged on the held-out questions by a paired bootstrap of nDCG@k against what is served:
+   - embedder: the collection re-embedded by the candidate (a staged index version) against the served index,
+     retrieval alone. Promoted, the staged version is published: the graph swaps to it and embeds questions with
+     its embedder; refused, it is discarded.
+   - reranker: the candidate against the promoted version of `adapt.reranker_name` (or none), on the index served
+     by then. A graph serving `serve.reranker.model=catalog:NAME` swaps to a promoted one.
 Every step is stored under `adapt/<run>/` in the collection's storage and recorded in MLflow.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
@@ -28,12 +32,34 @@ from app.eval.paired import Comparison, paired_bootstrap
 from app.storage import Storage
 
 if TYPE_CHECKING:
+    from app.index.search import Index
     from app.train.config import TrainJobConfig
+    from app.train.run import TrainRunRecord
 
 EXPERIMENT = "ragline-adapt"
-# the reranker's job, as deployments/jobs/reranker.yaml trains it on SciFact's qrels; adapt.train goes on top
-TRAIN: dict[str, object] = {"epochs": 2, "lr": 2e-4, "warmup_steps": 10, "batch_size": 8,
-                            "reranker": {"negatives": 3, "mine_top_k": 30, "max_length": 192}}
+Role = Literal["embedder", "reranker"]
+# each role's job: the reranker's as deployments/jobs/reranker.yaml trains it on SciFact's qrels, the embedder's a
+# short contrastive fine-tune; adapt.train and adapt.embedder_train go on top
+TRAIN: dict[Role, dict[str, object]] = {
+    "reranker": {"epochs": 2, "lr": 2e-4, "warmup_steps": 10, "batch_size": 8,
+                 "reranker": {"negatives": 3, "mine_top_k": 30, "max_length": 192}},
+    "embedder": {"epochs": 2, "lr": 3e-5, "warmup_steps": 10, "batch_size": 16,
+                 "embedder": {"negatives": 3, "mine_top_k": 30, "max_length": 256}},
+}
+
+
+class RoleReport(BaseModel):
+    """One role's candidate, judged against what is served."""
+
+    role: Role
+    training_run: str
+    served: str  # reranker: "NAME:vN" or "none"; embedder: the served index's embedder
+    candidate: str  # "NAME:vN"
+    comparison: Comparison  # nDCG@k on the held-out questions
+    decision: Literal["promoted", "refused"]
+    index_version: int | None = None  # embedder, promoted: the index version it embedded
+    train_s: float
+    judge_s: float
 
 
 class AdaptReport(BaseModel):
@@ -41,13 +67,7 @@ class AdaptReport(BaseModel):
 
     collection: str
     questions: SyntheticSet
-    training_run: str
-    served: str  # the reranker judged as served: "NAME:vN", or "none"
-    candidate: str  # "NAME:vN"
-    comparison: Comparison  # nDCG@k on the held-out questions
-    decision: Literal["promoted", "refused"]
-    train_s: float
-    judge_s: float
+    roles: list[RoleReport]
 
 
 class AdaptRun(BaseModel):
@@ -85,85 +105,138 @@ def read_rows(storage: Storage, rel: str) -> list[SyntheticRow]:
     return [json.loads(line) for line in storage.read_bytes(rel).decode().splitlines() if line.strip()]
 
 
-def judge(storage: Storage, root: Storage, questions: SyntheticSet, served: str | None, candidate: str,
-          cfg: AppConfig) -> Comparison:
-    """The served reranker (None: the retriever's order) against the candidate, on the held-out questions."""
+def judge_reranker(storage: Storage, root: Storage, heldout: list[SyntheticRow], served: str | None,
+                   candidate: str, cfg: AppConfig) -> Comparison:
+    """The served reranker (None: the retriever's order) against the candidate, on the served index."""
     from app.eval.retrieval import Reranking
     from app.index.search import Index, Searcher
 
-    heldout = read_rows(storage, questions.heldout_file)
-    searcher = Searcher(Index.load(storage, questions.index_version), cfg.search)
-    hits = candidates(searcher, heldout, cfg)
+    hits = candidates(Searcher(Index.load(storage), cfg.search), heldout, cfg)
     rr, k = cfg.serve.reranker, cfg.gate.k
     precision = hardware.choose_precision(rr.precision, "cpu")
     scores = {spec: ndcg_per_question(heldout, hits, Reranking(spec, root, rr.max_length, precision) if spec
                                       else None, cfg, k) for spec in (served, candidate)}
-    gate = cfg.gate
-    return paired_bootstrap(scores[served], scores[candidate], gate.resamples, gate.confidence, cfg.adapt.seed)
+    return _compare(scores[served], scores[candidate], cfg)
 
 
-def reranker_job(cfg: AppConfig, name: str, data: dict[str, object]) -> TrainJobConfig:
-    """The reranker's training job: TRAIN, then adapt.train, then where its questions are (`data`, the job's
-    `reranker` fields); a bad field is the user's error, named as adapt.train's."""
+def judge_index(served: Index, candidate: Index, heldout: list[SyntheticRow], cfg: AppConfig) -> Comparison:
+    """The served index against a candidate (another embedder's vectors), retrieval alone, each searched with its
+    own embedder."""
+    from app.index.search import Searcher
+
+    scores = [ndcg_per_question(heldout, candidates(Searcher(index, cfg.search), heldout, cfg), None, cfg,
+                                cfg.gate.k) for index in (served, candidate)]
+    return _compare(scores[0], scores[1], cfg)
+
+
+def _compare(served: list[float], candidate: list[float], cfg: AppConfig) -> Comparison:
+    return paired_bootstrap(served, candidate, cfg.gate.resamples, cfg.gate.confidence, cfg.adapt.seed)
+
+
+def role_job(cfg: AppConfig, role: Role, name: str, data: dict[str, object]) -> TrainJobConfig:
+    """A role's training job: TRAIN[role], then adapt.train (reranker) or adapt.embedder_train, then where its
+    questions are (`data`, the job's data section); a bad field is the user's error, named as the setting's."""
     from app.train.config import parse_job_config, with_serving
 
     a = cfg.adapt
-    fields = merge(merge(TRAIN, a.train), {"task": "reranker", "register_as": a.reranker_name, "reranker": data})
-    return with_serving(parse_job_config({"name": name} | fields, "adapt.train"), cfg)
+    setting, overrides, catalog_name = (("adapt.embedder_train", a.embedder_train, a.embedder_name)
+                                        if role == "embedder" else ("adapt.train", a.train, a.reranker_name))
+    fields = merge(merge(TRAIN[role], overrides), {"task": role, "register_as": catalog_name, role: data})
+    return with_serving(parse_job_config({"name": name} | fields, setting), cfg)
 
 
 def adapt(root: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet | None = None) -> AdaptReport:
     """The whole adaptation of one collection (`questions`: a synthesis run to reuse instead of writing new
     questions). Needs a connected Ray."""
-    from app.train.run import run_training
-
     storage = collections.storage_of(root, collection)
     a = cfg.adapt
-    reranker_job(cfg, "check", {})  # a bad adapt.train fails now, not after the questions are written
+    for role in a.roles:
+        role_job(cfg, role, "check", {})  # a bad adapt.train fails now, not after the questions are written
     if questions is None:
         questions = synthesize(storage, a, cfg.search, writer_model(cfg, root))
     if not questions.counts.train or not questions.counts.heldout:
         raise UserError(f"synthesis run {questions.run_id} kept {questions.counts.train} training and "
                         f"{questions.counts.heldout} held-out questions of {questions.counts.sampled} chunks: too "
                         "few to train and judge (raise adapt.chunks or adapt.round_trip_k)")
-    catalog = Catalog(root)
-    promoted = catalog.promoted(a.reranker_name)
-    served = f"catalog:{a.reranker_name}:{promoted.version}" if promoted else None
-
-    started = time.monotonic()
+    heldout = read_rows(storage, questions.heldout_file)
     data = {"questions": str(local_file(storage, questions.train_file)), "split": "all", "collection": collection,
             "index_version": questions.index_version}
-    job = reranker_job(cfg, f"{a.reranker_name}-{questions.run_id}", data)
-    record = run_training(job, root)
-    if record["state"] != "succeeded" or not record.get("model"):
-        raise RaglineError(f"training run {record['name']} {record['state']}: {record.get('error')}")
-    version = int(record["model"]["version"])
-    train_s = time.monotonic() - started
-
-    started = time.monotonic()
-    candidate = f"catalog:{a.reranker_name}:{version}"
-    comparison = judge(storage, root, questions, served, candidate, cfg)
-    judge_s = time.monotonic() - started
-    if comparison.better:
-        catalog.promote(a.reranker_name, version)
-    report = AdaptReport(
-        collection=collection, questions=questions, training_run=record["name"],
-        served=f"{a.reranker_name}:v{promoted.version}" if promoted else "none",
-        candidate=f"{a.reranker_name}:v{version}", comparison=comparison,
-        decision="promoted" if comparison.better else "refused", train_s=round(train_s, 1), judge_s=round(judge_s, 1))
+    steps: dict[Role, Callable[[], RoleReport]] = {
+        "embedder": lambda: _adapt_embedder(root, storage, collection, cfg, questions, heldout, data),
+        "reranker": lambda: _adapt_reranker(root, storage, cfg, questions, heldout, data)}
+    report = AdaptReport(collection=collection, questions=questions, roles=[steps[role]() for role in a.roles])
     storage.write_json(f"{RUNS}/{questions.run_id}/report.json", report.model_dump())
     _log(cfg, root, report)
     return report
 
 
+def _train(cfg: AppConfig, role: Role, name: str, questions: SyntheticSet, data: dict[str, object],
+           root: Storage) -> tuple[TrainRunRecord, int, float]:
+    """(the run, the model version it exported, seconds)."""
+    from app.train.run import run_training
+
+    started = time.monotonic()
+    job = role_job(cfg, role, f"{name}-{questions.run_id}", data)
+    record = run_training(job, root)
+    if record["state"] != "succeeded" or not record.get("model"):
+        raise RaglineError(f"training run {record['name']} {record['state']}: {record.get('error')}")
+    return record, int(record["model"]["version"]), round(time.monotonic() - started, 1)
+
+
+def _adapt_embedder(root: Storage, storage: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet,
+                    heldout: list[SyntheticRow], data: dict[str, object]) -> RoleReport:
+    from app.index.build import discard, stage_index
+    from app.index.search import Index
+    from app.models import embedder
+
+    name = cfg.adapt.embedder_name
+    record, version, train_s = _train(cfg, "embedder", name, questions, data, root)
+    started = time.monotonic()
+    served = Index.load(storage)
+    dataset = Catalog(storage).resolve("datasets", None)
+    variant = embedder.Variant(dataset.embedder.runtime, dataset.embedder.precision)
+    staged = stage_index(storage, cfg, None, embedder.target(f"catalog:{name}:{version}", root, variant))
+    comparison = judge_index(served, Index.open(storage, staged), heldout, cfg)
+    index_version = None
+    if comparison.better:
+        Catalog(root).promote(name, version)
+        index_version = Catalog(storage).publish(staged).version
+    else:
+        discard(storage, staged)
+    return RoleReport(role="embedder", training_run=record["name"], served=served.manifest.embedder.name,
+                      candidate=f"{name}:v{version}", comparison=comparison,
+                      decision="promoted" if comparison.better else "refused", index_version=index_version,
+                      train_s=train_s, judge_s=round(time.monotonic() - started, 1))
+
+
+def _adapt_reranker(root: Storage, storage: Storage, cfg: AppConfig, questions: SyntheticSet,
+                    heldout: list[SyntheticRow], data: dict[str, object]) -> RoleReport:
+    name = cfg.adapt.reranker_name
+    catalog = Catalog(root)
+    promoted = catalog.promoted(name)
+    served = f"catalog:{name}:{promoted.version}" if promoted else None
+    record, version, train_s = _train(cfg, "reranker", name, questions, data, root)
+    started = time.monotonic()
+    comparison = judge_reranker(storage, root, heldout, served, f"catalog:{name}:{version}", cfg)
+    if comparison.better:
+        catalog.promote(name, version)
+    return RoleReport(role="reranker", training_run=record["name"],
+                      served=f"{name}:v{promoted.version}" if promoted else "none", candidate=f"{name}:v{version}",
+                      comparison=comparison, decision="promoted" if comparison.better else "refused",
+                      train_s=train_s, judge_s=round(time.monotonic() - started, 1))
+
+
 def _log(cfg: AppConfig, root: Storage, report: AdaptReport) -> None:
     uri = tracking.tracking_uri(None, root)
-    q, c = report.questions, report.comparison
-    run = tracking.start_run(uri, q.run_id, {"collection": report.collection, "adapt": cfg.adapt.model_dump(),
-                                             "served": report.served, "candidate": report.candidate}, None,
-                             experiment=EXPERIMENT)
-    tracking.log_metrics(uri, run, {**q.counts.model_dump(exclude={"rejected"}), "write_s": q.write_s,
-                                    "round_trip_s": q.round_trip_s, "train_s": report.train_s,
-                                    "judge_s": report.judge_s, "ndcg_served": c.served,
-                                    "ndcg_candidate": c.candidate, "ndcg_low": c.low, "ndcg_high": c.high}, step=0)
-    tracking.finish(uri, run, {"ragline.decision": report.decision})
+    q = report.questions
+    run = tracking.start_run(uri, q.run_id, {"collection": report.collection, "adapt": cfg.adapt.model_dump()} | {
+        f"{r.role}.{k}": getattr(r, k) for r in report.roles for k in ("served", "candidate")}, None,
+        experiment=EXPERIMENT)
+    metrics = {**q.counts.model_dump(exclude={"rejected"}), "write_s": q.write_s, "round_trip_s": q.round_trip_s}
+    for r in report.roles:
+        c = r.comparison
+        metrics |= {f"{r.role}_train_s": r.train_s, f"{r.role}_judge_s": r.judge_s, f"{r.role}_ndcg_served": c.served,
+                    f"{r.role}_ndcg_candidate": c.candidate, f"{r.role}_ndcg_low": c.low,
+                    f"{r.role}_ndcg_high": c.high}
+    tracking.log_metrics(uri, run, metrics, step=0)
+    tracking.finish(uri, run, {f"ragline.{r.role}": r.decision for r in report.roles})

@@ -1,5 +1,5 @@
-"""`ragline adapt`: adapt the reranker to a collection with no labels; `ragline adapt questions`: only its first
-step, the synthetic question sets."""
+"""`ragline adapt`: adapt the embedder and the reranker to a collection with no labels; `ragline adapt
+questions`: only its first step, the synthetic question sets."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ def adapt(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Write questions about the collection's chunks (vLLM on Ray Data), keep those the retriever answers, train
-    the reranker on them, and promote it only if it ranks held-out questions' passages better than the served one
-    (a paired bootstrap). Settings: the `adapt` section of the config (--set adapt.chunks=500)."""
+    the embedder and the reranker on them, and promote each only if it ranks held-out questions' passages better
+    than what is served (a paired bootstrap); a promoted embedder re-embeds the collection into a new index
+    version. Settings: the `adapt` section of the config (--set adapt.chunks=500, --set adapt.roles=[reranker])."""
     if ctx.invoked_subcommand is not None:
         return
     from app.adapt.run import adapt as run_adapt
@@ -40,9 +41,15 @@ def adapt(
     out.print(f"questions {q.run_id}: {q.counts.train} to train on and {q.counts.heldout} held out, of "
               f"{q.counts.sampled} chunks asked about ({sum(q.counts.rejected.values())} replies held no question, "
               f"{q.counts.dropped} failed the round trip)")
-    out.print(f"{report.candidate} against {report.served}: {report.comparison.describe(f'nDCG@{c.cfg.gate.k}')}")
-    out.print(f"{report.decision}: " + (f"a graph serving serve.reranker.model=catalog:{report.candidate.split(':')[0]}"
-                                        " swaps to it" if report.decision == "promoted" else "nothing served changed"))
+    for r in report.roles:
+        out.print(f"{r.role} {r.candidate} against {r.served}: {r.comparison.describe(f'nDCG@{c.cfg.gate.k}')}")
+        if r.decision == "refused":
+            out.print("  refused: nothing served changed")
+        elif r.index_version is not None:
+            out.print(f"  promoted: index version {r.index_version} is embedded by it; a serving graph swaps to it")
+        else:
+            out.print(f"  promoted: a graph serving serve.reranker.model=catalog:{r.candidate.split(':')[0]} swaps "
+                      "to it")
 
 
 def adapt_questions(

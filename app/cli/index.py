@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from app.cli.context import Collection, Context, json_object
+from app.cli.context import Collection, Context, connect, json_object
 from app.cli.render import out, print_hits, print_json
 from app.errors import UserError
+
+if TYPE_CHECKING:
+    from app.catalog import EmbedderInfo
 
 
 def index_build(
     ctx: typer.Context,
     dataset: Annotated[int | None, typer.Option(help="Dataset version. [default: latest]")] = None,
+    embedder: Annotated[str | None, typer.Option(
+        help="Embed the chunks with this model: catalog:NAME[:VERSION] (`ragline train embedder`), a packaged "
+        "model, a local directory or a hub id. A serving graph swaps to the index and embeds questions with it; "
+        "later builds keep it. [default: the latest index version's]")] = None,
     collection: Collection = "default",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -21,11 +28,24 @@ def index_build(
     from app.index.build import build_index
 
     c: Context = ctx.obj
-    m = build_index(c.collection(collection), c.cfg, dataset)
+    connect(c)  # re-embedding runs on Ray Data
+    m = build_index(c.collection(collection), c.cfg, dataset, index_embedder(c, collection, embedder))
     info = {"index_version": m.version, "dataset_version": m.parent, "chunks": m.counts["chunks"],
-            "dense": m.extra["dense"]}
+            "dense": m.extra["dense"], "embedder": m.embedder.name}
     print_json(info) if as_json else out.print(f"index version {m.version} from dataset version {m.parent}: "
-                                               f"{m.counts['chunks']} chunks, dense index {m.extra['dense']}")
+                                               f"{m.counts['chunks']} chunks embedded by {m.embedder.name}, dense "
+                                               f"index {m.extra['dense']}")
+
+
+def index_embedder(c: Context, collection: str, spec: str | None) -> EmbedderInfo | None:
+    """What `spec` names, computing as the collection's latest dataset version does (None: no spec)."""
+    from app.catalog import Catalog
+    from app.models import embedder
+
+    if spec is None:
+        return None
+    dataset = Catalog(c.collection(collection)).resolve("datasets", None)
+    return embedder.target(spec, c.storage, embedder.Variant(dataset.embedder.runtime, dataset.embedder.precision))
 
 
 def search(

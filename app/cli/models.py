@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import BaseModel
@@ -12,6 +12,9 @@ from rich.table import Table
 from app.cli.context import Context, connect
 from app.cli.render import out, print_json
 from app.cli.serve import endpoint
+
+if TYPE_CHECKING:
+    from app.promotion import PromotionResult
 
 
 class ModelRow(BaseModel):
@@ -55,6 +58,8 @@ def models_promote(
     dataset: Annotated[Path | None, typer.Option(help="A generator is judged on this question set (as in `eval "
                                                  "answers`). [default: the one it was fine-tuned from]")] = None,
     split: Annotated[str, typer.Option(help="Split of the question set: dev is never trained on.")] = "dev",
+    collection: Annotated[str | None, typer.Option(help="An embedder re-embeds this collection. [default: the one "
+                                                   "it was trained on]")] = None,
     limit: Annotated[int, typer.Option(min=1, help="Questions asked of each generator.")] = 200,
     url: Annotated[str | None, typer.Option(help="Endpoint. [default: the one `ragline serve` started]")] = None,
     key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
@@ -68,12 +73,18 @@ def models_promote(
     from app.catalog import Catalog
     from app.eval.answers import Endpoint
     from app.promotion import PromotionResult, promote_generator
+    from app.train.config import TrainJobConfig
     from app.train.tasks import task_named
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
-    stage = task_named(catalog.get_model(name, version).task).stage
-    if force or stage != "generator":
+    manifest = catalog.get_model(name, version)
+    stage = task_named(manifest.task).stage
+    if stage == "retriever":
+        connect(c)
+        trained_on = TrainJobConfig.model_validate(manifest.config).embedder.collection
+        result = promote_embedder(c, name, version, collection or trained_on)
+    elif force or stage != "generator":
         catalog.promote(name, version)
         result = PromotionResult(name=name, version=version, forced=force)
     else:
@@ -87,5 +98,21 @@ def models_promote(
         out.print(f"F1 {result.candidate.f1:.1f} against {result.served.f1:.1f} for {result.served.generator} "
                   f"({result.candidate.questions} {split} questions of {result.candidate.dataset}; "
                   f"{result.comparison.describe('per-question F1')})")
+    if result.index_version is not None:
+        return out.print(f"promoted {name} version {version}: index version {result.index_version} of collection "
+                         f"{result.collection} is embedded by it; a serving graph swaps to it within seconds")
     out.print(f"promoted {name} version {version}: a graph serving serve.{stage}.model=catalog:{name} swaps to it "
               "within seconds")
+
+
+def promote_embedder(c: Context, name: str, version: int, collection: str) -> PromotionResult:
+    """Promoted, and the collection's latest dataset version indexed with it."""
+    from app.catalog import Catalog
+    from app.cli.index import index_embedder
+    from app.index.build import build_index
+    from app.promotion import PromotionResult
+
+    info = index_embedder(c, collection, f"catalog:{name}:{version}")
+    Catalog(c.storage).promote(name, version)
+    m = build_index(c.collection(collection), c.cfg, None, info)
+    return PromotionResult(name=name, version=version, index_version=m.version, collection=collection)

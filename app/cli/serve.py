@@ -175,8 +175,8 @@ def status(ctx: typer.Context, collection: Collection = "default",
         raise NotFound(f"collection {collection!r} does not exist in {c.storage.uri}")
     runs = ingest_run_store(corpus).all()
     adapted = adapt_runs(corpus)
-    versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"})
-                       for m in Catalog(corpus).versions(kind)] for kind in ("datasets", "indexes")}
+    versions = {kind: [m.model_dump(include={"version", "created_at", "parent", "counts"}) | {
+        "embedder": m.embedder.name} for m in Catalog(corpus).versions(kind)] for kind in ("datasets", "indexes")}
     latest = {name: Catalog(c.collection(name)).latest("indexes") for name in collections.names(c.storage)}
     named = {name: (m.version, m.counts.get("chunks", 0)) if m else (None, 0) for name, m in latest.items()}
     catalog = Catalog(c.storage)
@@ -217,18 +217,20 @@ def status(ctx: typer.Context, collection: Collection = "default",
         t.add_row(r["run_id"], r["state"], r.get("submitted_at", ""), *made)
     out.print(t)
     for kind, items in versions.items():
-        v = Table("version", "created", "from", "documents", "chunks", title=f"{kind} ({collection})")
+        v = Table("version", "created", "from", "documents", "chunks", "embedder", title=f"{kind} ({collection})")
         for m in items:
             v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
-                      str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")))
+                      str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")), str(m["embedder"]))
         out.print(v)
     at = Table("run", "questions (train / held out)", "candidate", "served", "held-out nDCG", "decision",
                title=f"adapt runs ({collection})")
     for a in adapted:
-        n, done = a.questions.counts, a.report
-        at.add_row(a.questions.run_id, f"{n.train} / {n.heldout}", *(
-            (done.candidate, done.served, f"{done.comparison.candidate:.3f} vs {done.comparison.served:.3f}",
-             done.decision) if done else ("-", "-", "-", "questions only")))
+        n = a.questions.counts
+        if a.report is None:
+            at.add_row(a.questions.run_id, f"{n.train} / {n.heldout}", "-", "-", "-", "questions only")
+        for role in a.report.roles if a.report else []:
+            at.add_row(a.questions.run_id, f"{n.train} / {n.heldout}", role.candidate, role.served,
+                       f"{role.comparison.candidate:.3f} vs {role.comparison.served:.3f}", role.decision)
     out.print(at)
     tr = Table("run", "task", "state", "started", "model", title="training runs")
     for run in training:

@@ -14,7 +14,7 @@ from app.errors import UserError
 
 # the commands that can be sent, with their help
 COMMANDS = {"ingest": "`ragline ingest ARGS` as a Ray job (the driver runs the pipeline itself).",
-            "train": "`ragline train sft|reranker ARGS` as a Ray job (the driver runs the TorchTrainer).",
+            "train": "`ragline train sft|reranker|embedder ARGS` as a Ray job (the driver runs the TorchTrainer).",
             "eval": "`ragline eval retrieval ARGS` as a Ray job.",
             "adapt": "`ragline adapt ARGS` as a Ray job (question writing and training spread over the cluster)."}
 

@@ -1,4 +1,4 @@
-"""`ragline train sft|reranker` and `ragline train status`: fine-tuning runs on Ray Train."""
+"""`ragline train sft|reranker|embedder` and `ragline train status`: fine-tuning runs on Ray Train."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from app.catalog import Catalog, Manifest, now_iso
+from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.config import AppConfig, IndexConfig
 from app.dataset import CHUNK_COLUMNS, load_chunks
 from app.models.embedder import embed_text
@@ -87,15 +87,33 @@ def write_index_files(table: pa.Table, cfg: IndexConfig, include_title: bool, di
     return dense_params
 
 
-def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None) -> Manifest:
+def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None,
+                embedder: EmbedderInfo | None = None) -> Manifest:
+    """An index version of a dataset version (latest: None), its vectors from `embedder` (`app.models.embedder.
+    target`). None: the embedder of the latest index version, so that an embedder once swapped in stays through
+    later ingests; the dataset's own vectors when there is none. Re-embedding needs a connected Ray."""
+    return Catalog(storage).publish(stage_index(storage, cfg, dataset_version, embedder))
+
+
+def stage_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = None,
+                embedder: EmbedderInfo | None = None) -> Manifest:
+    """`build_index`'s files written under `indexes/staging-*`, and the manifest that `Catalog.publish` makes a
+    version of (`Index.open` reads it before: a candidate judged first). `discard` removes one not published."""
     catalog = Catalog(storage)
     dataset = catalog.resolve("datasets", dataset_version)
+    latest = catalog.latest("indexes")
     t0 = time.perf_counter()
     table = load_chunks(storage, dataset)
     n = table.num_rows
     assert n > 0, f"dataset version {dataset.version} has no chunks"
     embed = dataset.config.get("embed", {})  # the dataset's IngestConfig.embed, as a dict
     include_title = bool(embed.get("include_title", True)) if isinstance(embed, dict) else True
+    target = embedder or (latest.embedder if latest is not None else dataset.embedder)
+    extra: dict[str, object] = {}
+    if _same(target, dataset.embedder):
+        target = dataset.embedder
+    else:
+        table, target, extra["reembedded"] = _reembed(storage, table, target, latest, include_title, cfg)
     staging = f"indexes/staging-{dataset.version}-{time.time_ns()}"
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -104,11 +122,38 @@ def build_index(storage: Storage, cfg: AppConfig, dataset_version: int | None = 
         written = storage.upload_dir(d, staging)
     manifest = Manifest(
         kind="indexes", version=0, created_at=now_iso(), parent=dataset.version, inputs=dataset.inputs,
-        embedder=dataset.embedder,
+        embedder=target,
         counts={"chunks": n, "documents": len(set(table.column("doc_id").to_pylist()))},
         files=[catalog.file_entry(f) for f in written],
         config=cfg.index.model_dump(),
         extra={"dense": dense_params.model_dump(exclude_none=True), "include_title": include_title,
-               "build_s": round(build_s, 3), "dir": staging},
+               "build_s": round(build_s, 3), "dir": staging, **extra},
     )
-    return catalog.publish(manifest)
+    return manifest
+
+
+def discard(storage: Storage, staged: Manifest) -> None:
+    storage.delete_dir(str(staged.extra["dir"]))
+
+
+def _same(a: EmbedderInfo, b: EmbedderInfo) -> bool:
+    return (a.name, a.revision) == (b.name, b.revision)
+
+
+def _reembed(storage: Storage, table: pa.Table, target: EmbedderInfo, latest: Manifest | None, include_title: bool,
+             cfg: AppConfig) -> tuple[pa.Table, EmbedderInfo, dict[str, object]]:
+    """`table` with its `embedding` column from `target` (vectors of the latest index version reused where it has
+    the same embedder), `target` with its dimension, and what was done (the manifest's `extra.reembedded`)."""
+    from app.index.reembed import embed_chunks, known_vectors
+    from app.index.search import Index
+
+    known = {}
+    if latest is not None and _same(latest.embedder, target):
+        previous = Index.load(storage, latest.version, verify=False)
+        known = known_vectors(previous.dense, previous.chunks.column("chunk_id"))
+    vectors, embedded, embed_s = embed_chunks(table, target, include_title, cfg.ingest.embed, known)
+    dim = vectors.shape[1]
+    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+    table = table.set_column(table.column_names.index("embedding"), "embedding", column)
+    return table, target.model_copy(update={"dim": dim}), {"embedded": embedded, "reused": table.num_rows - embedded,
+                                                           "embed_s": round(embed_s, 3)}

@@ -118,6 +118,11 @@ class Index:
         manifest = catalog.resolve("indexes", version)
         if verify and (bad := catalog.verify(manifest)):
             raise Conflict(f"index version {manifest.version} is damaged: {'; '.join(bad)}")
+        return cls.open(storage, manifest)
+
+    @classmethod
+    def open(cls, storage: Storage, manifest: Manifest) -> Index:
+        """The index `manifest` describes, published or staged (`app.index.build.stage_index`)."""
         rel = str(manifest.extra["dir"])  # root-relative directory of the index files
         if storage.is_local:
             return cls(manifest, storage.local_path(rel))

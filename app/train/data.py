@@ -23,7 +23,7 @@ import ray.data
 from app import collections
 from app.errors import UserError
 from app.storage import Storage
-from app.train.config import TrainJobConfig
+from app.train.config import RerankerDataConfig, TrainJobConfig
 from app.train.reranker_data import MineNegatives, PairTokenize, QueryRow, self_pairs
 from app.train.sft_data import SFTTokenize, group_by_length, pack
 from app.train.tasks import task_named
@@ -53,7 +53,7 @@ class SFTSource(TypedDict):
 
 
 class RerankerSource(TypedDict):
-    """What reranker data was, for the model's lineage."""
+    """What reranker (or embedder) data was, for the model's lineage."""
 
     beir_dir: str | None  # None (and no questions): pairs mined from the index itself
     questions: NotRequired[str]  # the question set the queries came from
@@ -189,17 +189,17 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
     return Prepared(ds, ds.count(), counts, int(pad), source)
 
 
-def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[QueryRow], Storage]:
+def _beir_pairs(pairs: RerankerDataConfig, storage: Storage) -> tuple[list[QueryRow], Storage]:
     """(query rows, the storage root holding the BEIR corpus's index); the corpus is ingested there once."""
     from app.config import AppConfig
     from app.indexing import ensure_index
     from app.qa.beir import load_beir
 
-    assert cfg.reranker.beir_dir is not None
-    directory = Path(cfg.reranker.beir_dir)
-    queries, qrels = load_beir(directory, cfg.reranker.split)
+    assert pairs.beir_dir is not None
+    directory = Path(pairs.beir_dir)
+    queries, qrels = load_beir(directory, pairs.split)
     if not queries:
-        raise UserError(f"{directory}: split {cfg.reranker.split!r} has no query with a relevant document")
+        raise UserError(f"{directory}: split {pairs.split!r} has no query with a relevant document")
     eval_storage = Storage(f"{storage.uri.rstrip('/')}/eval/{directory.name}")
     if not eval_storage.exists("indexes"):
         ensure_index(directory, eval_storage, AppConfig())
@@ -207,50 +207,60 @@ def _beir_pairs(cfg: TrainJobConfig, storage: Storage) -> tuple[list[QueryRow], 
     return rows, eval_storage
 
 
-def _question_pairs(cfg: TrainJobConfig) -> list[QueryRow]:
+def _question_pairs(pairs: RerankerDataConfig) -> list[QueryRow]:
     """A question set's split as query rows: each question, its document the positive."""
     from app.qa.questions import load_questions
 
-    assert cfg.reranker.questions is not None
-    questions = load_questions(Path(cfg.reranker.questions), cfg.reranker.split, answers=False)
+    assert pairs.questions is not None
+    questions = load_questions(Path(pairs.questions), pairs.split, answers=False)
     if not questions:
-        raise UserError(f"{cfg.reranker.questions}: split {cfg.reranker.split!r} has no question")
+        raise UserError(f"{pairs.questions}: split {pairs.split!r} has no question")
     return [{"qid": q.qid, "query": q.question, "positives": [q.doc_id]} for q in questions]
 
 
-def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
-    from transformers import AutoTokenizer
-
+def prepare_groups(cfg: TrainJobConfig, pairs: RerankerDataConfig, storage: Storage, tokenize: type,
+                   tokenize_args: tuple[object, ...], columns: list[str], pad_id: int) -> Prepared:
+    """(query, positive, hard negatives) groups for the reranker and the embedder: pairs from BEIR qrels, a
+    question set or the index itself (`pairs`), negatives mined from the index, then tokenized by the task's
+    `tokenize` callable into `columns`."""
     from app.index.search import Index
 
-    rc = cfg.reranker
-    if rc.beir_dir:
-        rows, index_storage = _beir_pairs(cfg, storage)
-    elif rc.questions:
-        rows, index_storage = _question_pairs(cfg), collections.storage_of(storage, rc.collection)
+    if pairs.beir_dir:
+        rows, index_storage = _beir_pairs(pairs, storage)
+    elif pairs.questions:
+        rows, index_storage = _question_pairs(pairs), collections.storage_of(storage, pairs.collection)
     else:
-        index_storage = collections.storage_of(storage, rc.collection)
-        rows = self_pairs(Index.load(index_storage, rc.index_version).chunks, rc.self_queries, cfg.seed)
+        index_storage = collections.storage_of(storage, pairs.collection)
+        rows = self_pairs(Index.load(index_storage, pairs.index_version).chunks, pairs.self_queries, cfg.seed)
         if not rows:
             raise UserError("the index has no chunk long enough to make a (pseudo-query, passage) pair")
-    version = Index.load(index_storage, rc.index_version, verify=False).version
+    version = Index.load(index_storage, pairs.index_version, verify=False).version
     ds: ray.data.Dataset = ray.data.from_items(rows)
-    ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, rc.model_dump(), cfg.seed),
+    mining = pairs.model_dump(include=set(RerankerDataConfig.model_fields))  # the embedder's has more fields
+    ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, mining, cfg.seed),
                         batch_size=64, concurrency=1)
-    ds = ds.map_batches(PairTokenize, fn_constructor_args=(model_path, rc.max_length), batch_size=64,
-                        concurrency=1).select_columns(["input_ids", "token_type_ids"]).materialize()
+    ds = ds.map_batches(tokenize, fn_constructor_args=tokenize_args, batch_size=64,
+                        concurrency=1).select_columns(columns).materialize()
     n = ds.count()
     if not n:
         raise UserError(f"none of the {len(rows)} queries' documents is in index version {version} of "
                         f"{index_storage.uri}: ingest them first (for a question set: `ragline eval corpus`, then "
                         "`ragline ingest`)")
-    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     # one group per (query, positive) pair; a positive the index does not hold makes none
-    pairs = sum(len(r["positives"]) for r in rows)
-    counts = DataCounts(records=pairs, kept=n, dropped={"positive_not_in_index": pairs - n} if pairs > n else {},
-                        queries=len(rows), group_size=1 + rc.negatives)
-    source = RerankerSource(beir_dir=rc.beir_dir, split=rc.split if rc.beir_dir or rc.questions else None,
+    total = sum(len(r["positives"]) for r in rows)
+    counts = DataCounts(records=total, kept=n, dropped={"positive_not_in_index": total - n} if total > n else {},
+                        queries=len(rows), group_size=1 + pairs.negatives)
+    source = RerankerSource(beir_dir=pairs.beir_dir, split=pairs.split if pairs.beir_dir or pairs.questions else None,
                             index_storage=index_storage.uri, index_version=version)
-    if rc.questions:
-        source["questions"] = rc.questions
-    return Prepared(ds, n, counts, int(pad), source)
+    if pairs.questions:
+        source["questions"] = pairs.questions
+    return Prepared(ds, n, counts, pad_id, source)
+
+
+def prepare_reranker(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    from transformers import AutoTokenizer
+
+    rc = cfg.reranker
+    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    return prepare_groups(cfg, rc, storage, PairTokenize, (model_path, rc.max_length),
+                          ["input_ids", "token_type_ids"], int(pad))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.errors import NotFound
-from app.train.config import TrainJobConfig
+from app.train.config import RerankerDataConfig, TrainJobConfig
 from app.train.hf_models import save_pretrained, with_checkpointing
 from app.train.reranker_data import collate_groups
 
@@ -28,10 +28,15 @@ def validate(cfg: TrainJobConfig) -> None:
 
 
 def check_inputs(cfg: TrainJobConfig) -> None:
-    if cfg.reranker.beir_dir and not Path(cfg.reranker.beir_dir).is_dir():
-        raise NotFound(f"reranker.beir_dir {cfg.reranker.beir_dir} is not a directory")
-    if cfg.reranker.questions and not Path(cfg.reranker.questions).is_file():
-        raise NotFound(f"reranker.questions {cfg.reranker.questions} is not a file")
+    check_pairs(cfg.reranker, "reranker")
+
+
+def check_pairs(pairs: RerankerDataConfig, section: str) -> None:
+    """The pairs' sources exist (the reranker's and the embedder's read the same way)."""
+    if pairs.beir_dir and not Path(pairs.beir_dir).is_dir():
+        raise NotFound(f"{section}.beir_dir {pairs.beir_dir} is not a directory")
+    if pairs.questions and not Path(pairs.questions).is_file():
+        raise NotFound(f"{section}.questions {pairs.questions} is not a file")
 
 
 def resolve_model(cfg: TrainJobConfig) -> str:

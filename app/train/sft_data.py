@@ -25,14 +25,17 @@ ROLES = ("system", "user", "assistant")
 
 
 class Batch(TypedDict):
-    """A collated micro-batch (`collate_lm`, `app.train.reranker_data.collate_groups`): int64 tensors of shape
-    (rows, T), padded to the longest row (a reranker row is one (query, passage) pair of a group)."""
+    """A collated micro-batch (`collate_lm`, `app.train.reranker_data.collate_groups`,
+    `app.train.embedder_task.collate_bi`): int64 tensors of shape (rows, T), padded to the longest row (a reranker
+    row is one (query, passage) pair of a group; an embedder row one query or one passage)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor  # 1 on real tokens
     labels: NotRequired[torch.Tensor]  # sft: the next-token targets, IGNORE where no loss
     token_type_ids: NotRequired[torch.Tensor]  # reranker: 0 on the query, 1 on the passage
-    group_size: NotRequired[int]  # reranker: pairs per group (the positive first, then its negatives)
+    group_size: NotRequired[int]  # reranker, embedder: passages per group (the positive first, then negatives)
+    queries: NotRequired[int]  # embedder: the first `queries` rows are queries, then each one's group
+    scale: NotRequired[float]  # embedder: inverse temperature of the contrastive loss
 
 
 class BadRecord(UserError):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.errors import UserError
-from app.train import reranker_task, sft_task
+from app.train import embedder_task, reranker_task, sft_task
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from app.train.data import Prepared
     from app.train.sft_data import Batch
 
-Stage = Literal["generator", "reranker"]  # the Serve graph's stage a task's models are promoted into
+# The Serve graph's stage a task's models are promoted into. retriever: an embedder is served as the index's, so
+# promoting one re-embeds the collection into a new index version (`app.index.build`).
+Stage = Literal["generator", "reranker", "retriever"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ TASKS: dict[str, TrainTask] = {t.name: t for t in (
               prepare=reranker_task.prepare, collate=reranker_task.collate,
               batched_in_data=reranker_task.batched_in_data, model_inputs=reranker_task.model_inputs,
               loss=reranker_task.loss, export=reranker_task.export),
+    TrainTask(name="embedder", summary="The retriever's bi-encoder fine-tuned from MiniLM on (query, positive) "
+              "pairs with hard and in-batch negatives.", stage="retriever", default_model="all-MiniLM-L6-v2",
+              validate=embedder_task.validate, check_inputs=embedder_task.check_inputs,
+              resolve_model=embedder_task.resolve_model, build_model=embedder_task.build_model,
+              prepare=embedder_task.prepare, collate=embedder_task.collate,
+              batched_in_data=embedder_task.batched_in_data, model_inputs=embedder_task.model_inputs,
+              loss=embedder_task.loss, export=embedder_task.export),
 )}
 
 

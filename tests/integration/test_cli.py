@@ -70,12 +70,14 @@ def test_ingest_then_search_json(tmp_path, corpus, ray_cluster):
     assert all(h["source"].endswith("main.jsonl") for h in lexical["hits"])
 
     built = json.loads(run(*common, "index", "build", "--json").stdout)
-    assert built == {"index_version": 2, "dataset_version": 1, "chunks": report["chunks"], "dense": {"type": "flat"}}
+    assert built == {"index_version": 2, "dataset_version": 1, "chunks": report["chunks"], "dense": {"type": "flat"},
+                     "embedder": "all-MiniLM-L6-v2"}
     text = run(*common, "search", "zebra migration river").stdout
     assert "[1] Zebra migration" in text and "source:" in text and "main.jsonl" in text
 
     status = json.loads(run(*common, "status", "--json").stdout)
     assert [d["version"] for d in status["datasets"]] == [1] and [i["version"] for i in status["indexes"]] == [1, 2]
+    assert {i["embedder"] for i in status["indexes"]} == {"all-MiniLM-L6-v2"}
 
 
 def test_serve_and_query_bad_input(tmp_path):

@@ -1,7 +1,8 @@
 """Retrieval evaluation and reranker training on a SciFact slice, through the `ragline` CLI as users run it: 30 dev
 queries over 300 abstracts (the ones they judge relevant, then distractors), with floors that catch a broken
 pipeline; then a smoke run of `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
-`eval retrieval --rerank`; and `adapt` on the slice's corpus alone, refusing the candidate it trains. The full-corpus
+`eval retrieval --rerank`; `adapt` on the slice's corpus alone, refusing the candidate it trains; and `train embedder`
+on the same, promoted into a re-embedded index version. The full-corpus
 quality figures are measured by benchmarks/quality.py and benchmarks/adapt_bench.py, not here."""
 
 import json
@@ -76,25 +77,29 @@ def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cl
         assert modes[f"{mode}+rerank"]["ndcg@10"] > 0.5 * modes[mode]["ndcg@10"], (mode, modes)
 
 
-def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_reranker(ray_cluster, scifact_slice,
-                                                                                   store):
+def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedder_and_reranker(
+        ray_cluster, scifact_slice, store):
     """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks about 24 of the slice's abstracts, the round trip
-    filters the training questions, one training step makes a candidate that cannot beat the retriever's order on
-    the held-out questions, and the gate refuses it: nothing is promoted, and every count reconciles."""
+    filters the training questions, one training step each makes an embedder and a reranker that cannot beat what
+    is served on the held-out questions, and the gate refuses both: nothing is promoted, the embedder's staged
+    index version is discarded, and every count reconciles."""
     from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.storage import Storage
 
     corpus = store / "eval" / "scifact-slice"  # ingested by the tests above; adapt works on the index alone
+    storage = Storage(str(corpus))
+    indexes = Catalog(storage).latest("indexes")
     overrides = ["adapt.chunks=24", "adapt.heldout=0.4", 'adapt.train={"max_steps": 1, "num_workers": 1, '
                  '"batch_size": 4, "reranker": {"max_length": 96}}', "adapt.reranker_name=adapted",
+                 'adapt.embedder_train={"max_steps": 1, "num_workers": 1, "batch_size": 4, "embedder": '
+                 '{"max_length": 96}}', "adapt.embedder_name=adapted-embedder",
                  "adapt.writer.max_tokens=32", "adapt.writer.passage_words=80"]
     report = ragline(corpus, ray_cluster, *(a for o in overrides for a in ("--set", o)), "adapt")
     q = report["questions"]
     n = q["counts"]
     assert n["sampled"] == 24 and n["train"] > 0 and n["heldout"] > 0, n
     assert n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + n["heldout"], n
-    storage = Storage(str(corpus))
     lines = {name: storage.read_bytes(q[f"{name}_file"]).decode().splitlines()
              for name in ("train", "heldout", "rejected")}
     assert (len(lines["train"]), len(lines["heldout"]), len(lines["rejected"])) == (
@@ -102,10 +107,69 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_rerank
     train = [json.loads(line) for line in lines["train"]]
     assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
     assert not {r["chunk_id"] for r in train} & {json.loads(line)["chunk_id"] for line in lines["heldout"]}
-    assert report["served"] == "none" and report["candidate"] == "adapted:v1"
-    c = report["comparison"]
-    assert c["n"] == n["heldout"] and c["low"] <= 0 and report["decision"] == "refused", c
-    assert Catalog(storage).promoted("adapted") is None  # refused: what is served stays
-    assert Catalog(storage).get_model("adapted", 1).task == "reranker"
+    embedder, reranker = report["roles"]
+    assert (embedder["role"], embedder["served"], embedder["candidate"]) == ("embedder", "all-MiniLM-L6-v2",
+                                                                             "adapted-embedder:v1")
+    assert (reranker["role"], reranker["served"], reranker["candidate"]) == ("reranker", "none", "adapted:v1")
+    for role in (embedder, reranker):
+        c = role["comparison"]
+        assert c["n"] == n["heldout"] and c["low"] <= 0 and role["decision"] == "refused", role
+    catalog = Catalog(storage)
+    assert catalog.promoted("adapted") is None and catalog.promoted("adapted-embedder") is None  # what is served stays
+    assert catalog.get_model("adapted", 1).task == "reranker"
+    assert catalog.get_model("adapted-embedder", 1).task == "embedder"
+    assert catalog.latest("indexes") == indexes  # the candidate index was staged, judged, and not published
+    assert len(storage.listdir("indexes")) == 2 * indexes.version  # its files are gone: a version's dir and files
     (listed,) = adapt_runs(storage)  # what `ragline status` lists
-    assert listed.questions.run_id == q["run_id"] and listed.report and listed.report.decision == "refused"
+    assert listed.questions.run_id == q["run_id"] and listed.report
+    assert [r.decision for r in listed.report.roles] == ["refused", "refused"]
+
+
+def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebuilds(ray_cluster, scifact_slice,
+                                                                                      store):
+    """`train embedder` on pairs mined from the slice's own index (no labels), `models promote` re-embeds the
+    collection into a new index version that `search` embeds questions with, a plain rebuild keeps that embedder
+    and reuses every vector, and naming the packaged model goes back to the dataset's own vectors."""
+    import faiss
+    import numpy as np
+
+    from app.catalog import Catalog
+    from app.config import AppConfig, SearchConfig
+    from app.index.build import build_index
+    from app.index.search import Index, Searcher
+    from app.storage import Storage
+
+    corpus = store / "eval" / "scifact-slice"
+    storage = Storage(str(corpus))
+    before = Catalog(storage).latest("indexes")
+    assert before is not None and before.embedder.name == "all-MiniLM-L6-v2"
+    overrides = ["name=slice-embedder", "max_steps=3", "checkpoint_every=3", "batch_size=4", "num_workers=1",
+                 "embedder.self_queries=40", "embedder.max_length=128", "lr=1e-4"]
+    run = ragline(corpus, ray_cluster, "train", "embedder", "--in-process",
+                  *(a for o in overrides for a in ("--set", o)))
+    assert run["state"] == "succeeded" and run["model"] == {"name": "embedder", "version": 1}, run
+    counts = run["counts"]
+    assert counts["kept"] + sum(counts["dropped"].values()) == counts["records"] and counts["group_size"] == 4
+
+    promoted = ragline(corpus, ray_cluster, "models", "promote", "embedder", "1")
+    assert promoted["collection"] == "default" and promoted["index_version"] == before.version + 1, promoted
+    index = Index.load(storage)
+    assert index.manifest.embedder.name == "catalog:embedder:1" and index.manifest.embedder.files
+    assert index.manifest.extra["reembedded"] == {"embedded": len(index.chunks), "reused": 0,
+                                                  "embed_s": index.manifest.extra["reembedded"]["embed_s"]}
+    # the same chunks, new vectors: three steps move them, but not far
+    old = Index.load(storage, before.version)
+    assert old.chunks.column("chunk_id") == index.chunks.column("chunk_id")
+    a, b = (faiss.rev_swig_ptr(i.dense.get_xb(), i.dense.ntotal * i.dense.d).reshape(i.dense.ntotal, -1)
+            for i in (old, index))
+    cosines = np.sum(a * b, axis=1)
+    assert cosines.min() > 0.5 and cosines.mean() < 0.9999, cosines
+    searcher = Searcher(index, SearchConfig())  # as the Retriever does: questions embedded by the index's embedder
+    assert not np.allclose(searcher.embed(["cancer cells"]), Searcher(old, SearchConfig()).embed(["cancer cells"]))
+    assert len(searcher.search("cancer cells", "dense", 3)) == 3
+
+    rebuilt = build_index(storage, AppConfig())  # as a later ingest does
+    assert rebuilt.embedder.name == "catalog:embedder:1" and rebuilt.version == index.version + 1
+    assert rebuilt.extra["reembedded"]["reused"] == len(index.chunks)  # nothing embedded again
+    back = ragline(corpus, ray_cluster, "index", "build", "--embedder", "all-MiniLM-L6-v2")
+    assert back["embedder"] == "all-MiniLM-L6-v2" and "reembedded" not in Index.load(storage).manifest.extra

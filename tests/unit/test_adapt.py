@@ -115,5 +115,10 @@ def test_a_bad_training_field_fails_before_any_question_is_written(tmp_path):
     with pytest.raises(UserError, match=r"invalid config \(adapt.train\)") as e:
         adapt(Storage(str(tmp_path)), "default", cfg)  # raises before it needs Ray or an index
     assert "lr: Input should be a valid number" in str(e.value) and "epochz: Extra inputs" in str(e.value)
+    cfg = AppConfig.model_validate({"adapt": {"embedder_train": {"embedder": {"scale": -1}}}})
+    with pytest.raises(UserError, match=r"invalid config \(adapt.embedder_train\)"):
+        adapt(Storage(str(tmp_path)), "default", cfg)
     with pytest.raises(UserError, match="adapt.chunks"):
         load_config(None, ["adapt.chunks=0"])
+    with pytest.raises(UserError, match="adapt.roles"):
+        load_config(None, ["adapt.roles=[generator]"])

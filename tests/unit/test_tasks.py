@@ -12,7 +12,7 @@ from app.train.config import TrainJobConfig, load_job_config, parse_job_config
 from app.train.tasks import TASKS, TrainTask, task_named
 from tests.helpers import ROOT
 
-JOBS = {"sft": {"sft": {"paths": ["x.jsonl"]}}, "reranker": {}}  # the least each task's job needs
+JOBS = {"sft": {"sft": {"paths": ["x.jsonl"]}}, "reranker": {}, "embedder": {}}  # the least each task's job needs
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -22,8 +22,10 @@ def test_every_task_has_all_its_parts(name):
     hooks = [f.name for f in dataclasses.fields(TrainTask) if f.name not in ("name", "summary", "stage",
                                                                              "default_model")]
     assert hooks and all(callable(getattr(task, h)) for h in hooks), hooks
-    # the stage a promoted model of this task is served in is one of the Serve graph's, with a model to set
-    assert "model" in ServeConfig.model_fields[task.stage].annotation.model_fields  # type: ignore[union-attr]
+    # the stage a promoted model of this task is served in is one of the Serve graph's, with a model to set (the
+    # retriever's is its index's embedder: promoting one re-embeds the collection)
+    fields = ServeConfig.model_fields[task.stage].annotation.model_fields  # type: ignore[union-attr]
+    assert "model" in fields or task.stage == "retriever"
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -33,8 +35,8 @@ def test_a_job_of_each_task_takes_the_tasks_default_model_and_rules(name):
 
 
 def test_an_unknown_task_is_a_user_error_naming_the_known_ones():
-    with pytest.raises(UserError, match="unknown training task 'embedder': the tasks are sft, reranker"):
-        task_named("embedder")
+    with pytest.raises(UserError, match="unknown training task 'qgen': the tasks are sft, reranker, embedder"):
+        task_named("qgen")
     with pytest.raises(UserError, match=r"invalid config \(defaults\):\n  task: .*unknown training task 'qgen'"):
         load_job_config(None, "qgen")
     with pytest.raises(UserError, match="unknown training task"):
@@ -45,13 +47,19 @@ def test_an_unknown_task_is_a_user_error_naming_the_known_ones():
     ({"lora": {}}, "lora and freeze_layers are for sft"),
     ({"freeze_layers": 2}, "lora and freeze_layers are for sft"),
 ])
-def test_the_reranker_task_rules_its_own_config(fields, message):
+@pytest.mark.parametrize("task", ["reranker", "embedder"])
+def test_the_pair_tasks_rule_their_own_config(task, fields, message):
     with pytest.raises(ValueError, match=message):
-        TrainJobConfig.model_validate({"task": "reranker"} | fields)
+        TrainJobConfig.model_validate({"task": task} | fields)
+
+
+def test_a_pair_source_is_beir_or_questions_not_both():
+    with pytest.raises(ValueError, match="embedder: give beir_dir or questions, not both"):
+        TrainJobConfig.model_validate({"task": "embedder", "embedder": {"beir_dir": "b", "questions": "q"}})
 
 
 def test_stages_come_from_the_registry():
-    assert task_named("sft").stage == "generator" and task_named("reranker").stage == "reranker"
+    assert [task_named(t).stage for t in ("sft", "reranker", "embedder")] == ["generator", "reranker", "retriever"]
 
 
 def test_nothing_branches_on_a_tasks_name():

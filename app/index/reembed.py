@@ -1,0 +1,80 @@
+"""An index version's vectors from an embedder other than its dataset's: a trained embedder (`ragline train
+embedder`) serves with the index it re-embedded, so the two always swap together.
+
+The chunks are embedded on Ray Data by a pool of `Reembed` actors (one per free core, or `ingest.embed.concurrency`;
+on a cluster, spread over its nodes). A chunk the previous index version already holds under the same embedder
+keeps that vector: after the first re-embedding, an ingest that adds documents embeds only their chunks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from app import hardware
+from app.catalog import EmbedderInfo
+from app.models import embedder
+
+if TYPE_CHECKING:
+    import faiss
+
+    from app.config import EmbedConfig
+
+# CPUs the pipeline's read and collect tasks reserve beside the embedding actors
+LIGHT_CPUS = 0.25
+
+
+class Reembed:
+    """map_batches callable: chunk rows {chunk_id, title, text} → {chunk_id, embedding}: the embedder loaded once
+    per actor; normalised float32 vectors."""
+
+    def __init__(self, info: EmbedderInfo, include_title: bool, encode_batch_size: int, device: str, threads: int):
+        import torch
+
+        torch.set_num_threads(threads)
+        self.encoder = embedder.Encoder(embedder.weights(info), info.precision, device, info.runtime, threads)
+        self.include_title, self.encode_batch_size = include_title, encode_batch_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = [embedder.embed_text(t, x, self.include_title) for t, x in
+                 zip(batch.column("title").to_pylist(), batch.column("text").to_pylist(), strict=True)]
+        vectors = self.encoder.encode(texts, self.encode_batch_size)  # (rows, dim)
+        flat = pa.array(vectors.reshape(-1), pa.float32())
+        return pa.table({"chunk_id": batch.column("chunk_id"),
+                         "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
+
+
+def known_vectors(dense: faiss.Index, chunk_ids: list[str]) -> dict[str, np.ndarray]:
+    """chunk id → its vector in an index version's dense index (row i is chunk i of its chunk table)."""
+    vectors = dense.reconstruct_n(0, dense.ntotal)  # (ntotal, dim); an IVF index needs its direct map made
+    return dict(zip(chunk_ids, vectors, strict=True))
+
+
+def embed_chunks(table: pa.Table, info: EmbedderInfo, include_title: bool, ec: EmbedConfig,
+                 known: dict[str, np.ndarray]) -> tuple[np.ndarray, int, float]:
+    """(vectors (rows, dim) in `table`'s row order, chunks embedded now, seconds spent embedding) for `table`'s
+    chunks under `info`; `known` vectors are reused. Needs a connected Ray when any chunk is new."""
+    import ray
+    import ray.data
+
+    ids = table.column("chunk_id").to_pylist()
+    todo = [i for i, c in enumerate(ids) if c not in known]
+    by_id = dict(known)
+    t0 = time.perf_counter()
+    if todo:
+        ds: ray.data.Dataset = ray.data.from_arrow(table.select(["chunk_id", "title", "text"]).take(todo))
+        ds = ds.map_batches(Reembed, batch_size=ec.batch_size, batch_format="pyarrow",
+                            compute=ray.data.ActorPoolStrategy(size=embedder.pool_size(ec, LIGHT_CPUS),
+                                                               max_tasks_in_flight_per_actor=1),
+                            num_cpus=ec.num_cpus, num_gpus=ec.num_gpus or None,
+                            fn_constructor_kwargs={"info": info, "include_title": include_title,
+                                                   "encode_batch_size": ec.encode_batch_size,
+                                                   "device": embedder.device(ec),
+                                                   "threads": hardware.threads(ec.num_cpus)})
+        for batch in ds.iter_batches(batch_format="numpy", batch_size=None):  # embedding: (rows, dim)
+            by_id.update(zip((str(c) for c in batch["chunk_id"]), batch["embedding"], strict=True))
+    assert len(by_id) >= len(ids), "a chunk came back without its vector"
+    return np.stack([by_id[c] for c in ids]).astype(np.float32), len(todo), time.perf_counter() - t0

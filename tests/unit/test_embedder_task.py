@@ -1,0 +1,47 @@
+"""The embedder task's pure parts: the micro-batch it collates and the contrastive loss over it."""
+
+import numpy as np
+import pytest
+import torch
+
+from app.train.embedder_task import collate_bi, loss, mean_pooled
+
+
+def groups(n_queries: int, group_size: int) -> dict[str, np.ndarray]:
+    queries = [[101, 7 + q, 102] for q in range(n_queries)]
+    passages = [[[101] + [20 + q] * (1 + p) + [102] for p in range(group_size)] for q in range(n_queries)]
+    return {"query_ids": np.array(queries, dtype=object), "passage_ids": np.array(passages, dtype=object)}
+
+
+def test_collate_puts_the_queries_first_then_each_group():
+    batch = collate_bi(groups(2, 3), pad_id=0, scale=20.0)
+    assert batch["input_ids"].shape == (2 + 2 * 3, 5)  # the longest passage: 3 tokens + [CLS] and [SEP]
+    assert (batch["queries"], batch["group_size"], batch["scale"]) == (2, 3, 20.0)
+    assert batch["input_ids"][1].tolist() == [101, 8, 102, 0, 0] and batch["attention_mask"][1].tolist() == [1, 1, 1,
+                                                                                                             0, 0]
+    assert batch["input_ids"][2 + 3][1].item() == 21  # group 1's positive follows group 0's three passages
+
+
+def test_mean_pooling_ignores_padding_and_gives_unit_vectors():
+    hidden = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [100.0, 100.0]]])  # (1, T=3, H=2), the last token padding
+    pooled = mean_pooled(hidden, torch.tensor([[1, 1, 0]]))
+    assert torch.allclose(pooled, torch.tensor([[1.0, 0.0]]))
+
+
+class Out:
+    def __init__(self, hidden: torch.Tensor):
+        self.last_hidden_state = hidden
+
+
+def encoded(vectors: list[list[float]]) -> Out:
+    """One-token sequences whose pooled vectors are `vectors` (normalised)."""
+    return Out(torch.tensor(vectors).unsqueeze(1))
+
+
+def test_the_loss_labels_each_querys_own_positive_among_every_passage_of_the_batch():
+    # 2 queries, groups of 2: rows 0-1 queries, 2-3 query 0's (positive, negative), 4-5 query 1's
+    right = encoded([[1, 0], [0, 1], [1, 0], [-1, 0], [0, 1], [0, -1]])
+    wrong = encoded([[1, 0], [0, 1], [0, 1], [-1, 0], [1, 0], [0, -1]])  # each query nearest the other's positive
+    batch = {"attention_mask": torch.ones(6, 1, dtype=torch.long), "queries": 2, "group_size": 2, "scale": 20.0}
+    low, high = loss(right, batch), loss(wrong, batch)  # type: ignore[arg-type]
+    assert low.item() == pytest.approx(0.0, abs=1e-6) and high.item() > 10
