@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from app import collections, envs, hardware, tracking
 from app.adapt.gate import candidates, ndcg_per_question
@@ -68,6 +68,15 @@ class AdaptReport(BaseModel):
     collection: str
     questions: SyntheticSet
     roles: list[RoleReport]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_role(cls, data: Any) -> Any:
+        """Reports written before the embedder joined hold the reranker's fields at the top."""
+        if isinstance(data, dict) and "roles" not in data and "decision" in data:
+            role = {k: v for k, v in data.items() if k in RoleReport.model_fields}
+            return {k: v for k, v in data.items() if k not in role} | {"roles": [{"role": "reranker"} | role]}
+        return data
 
 
 class AdaptRun(BaseModel):

@@ -33,7 +33,8 @@ class SynthesisCounts(BaseModel):
     dropped: int  # training questions the round trip did not lead back to their chunk's document
     train: int
     heldout: int  # never filtered by the round trip
-    answered: int  # of train and heldout: with an answer span the chunk holds (for the generator)
+    answered: int = 0  # of train and heldout: with an answer span the chunk holds (for the generator); 0 in
+    # runs written before answers were kept
 
 
 class SyntheticSet(BaseModel):

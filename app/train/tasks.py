@@ -9,9 +9,11 @@ the job config's validation read the registry too.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.errors import UserError
@@ -53,27 +55,20 @@ class TrainTask:
     export: Callable[[TrainJobConfig, Any, str, Path], None]  # (cfg, trained model, model path, directory)
 
 
+def _task(module: ModuleType, name: str, summary: str, stage: Stage, default_model: str) -> TrainTask:
+    """A task whose hooks are the functions of `module` named as TrainTask's fields."""
+    hooks = {f.name: getattr(module, f.name) for f in dataclasses.fields(TrainTask)
+             if f.name not in ("name", "summary", "stage", "default_model")}
+    return TrainTask(name=name, summary=summary, stage=stage, default_model=default_model, **hooks)
+
+
 TASKS: dict[str, TrainTask] = {t.name: t for t in (
-    TrainTask(name="sft", summary="Supervised fine-tuning of a causal LM (chat template applied, loss on the "
-              "responses only).", stage="generator", default_model="SmolLM2-135M-Instruct",
-              validate=sft_task.validate, check_inputs=sft_task.check_inputs, resolve_model=sft_task.resolve_model,
-              build_model=sft_task.build_model, prepare=sft_task.prepare, collate=sft_task.collate,
-              batched_in_data=sft_task.batched_in_data, model_inputs=sft_task.model_inputs, loss=sft_task.loss,
-              export=sft_task.export),
-    TrainTask(name="reranker", summary="A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs "
-              "with hard negatives.", stage="reranker", default_model="all-MiniLM-L6-v2",
-              validate=reranker_task.validate, check_inputs=reranker_task.check_inputs,
-              resolve_model=reranker_task.resolve_model, build_model=reranker_task.build_model,
-              prepare=reranker_task.prepare, collate=reranker_task.collate,
-              batched_in_data=reranker_task.batched_in_data, model_inputs=reranker_task.model_inputs,
-              loss=reranker_task.loss, export=reranker_task.export),
-    TrainTask(name="embedder", summary="The retriever's bi-encoder fine-tuned from MiniLM on (query, positive) "
-              "pairs with hard and in-batch negatives.", stage="retriever", default_model="all-MiniLM-L6-v2",
-              validate=embedder_task.validate, check_inputs=embedder_task.check_inputs,
-              resolve_model=embedder_task.resolve_model, build_model=embedder_task.build_model,
-              prepare=embedder_task.prepare, collate=embedder_task.collate,
-              batched_in_data=embedder_task.batched_in_data, model_inputs=embedder_task.model_inputs,
-              loss=embedder_task.loss, export=embedder_task.export),
+    _task(sft_task, "sft", "Supervised fine-tuning of a causal LM (chat template applied, loss on the responses "
+          "only).", "generator", "SmolLM2-135M-Instruct"),
+    _task(reranker_task, "reranker", "A cross-encoder reranker fine-tuned from MiniLM on (query, positive) pairs "
+          "with hard negatives.", "reranker", "all-MiniLM-L6-v2"),
+    _task(embedder_task, "embedder", "The retriever's bi-encoder fine-tuned from MiniLM on (query, positive) pairs "
+          "with hard and in-batch negatives.", "retriever", "all-MiniLM-L6-v2"),
 )}
 
 

@@ -122,3 +122,16 @@ def test_a_bad_training_field_fails_before_any_question_is_written(tmp_path):
         load_config(None, ["adapt.chunks=0"])
     with pytest.raises(UserError, match="adapt.roles"):
         load_config(None, ["adapt.roles=[generator]"])
+
+
+def test_a_report_written_before_the_embedder_joined_reads_as_the_rerankers():
+    """`ragline status` reads the adapt runs already stored: the benchmark's 2026-11-27 report is one."""
+    import json
+
+    from app.adapt.run import AdaptReport
+    from tests.helpers import ROOT
+
+    old = json.loads((ROOT / "benchmarks" / "results" / "adapt-2026-11-27-avx512_bf16.json").read_text())["adapt"]
+    (role,) = AdaptReport.model_validate(old).roles
+    assert (role.role, role.candidate, role.decision) == ("reranker", old["candidate"], old["decision"])
+    assert role.comparison.n == old["comparison"]["n"]
