@@ -142,8 +142,9 @@ def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Data
     return ds.filter(lambda r: r["drop"] == "", num_cpus=PREP_CPUS), counts
 
 
-def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> ray.data.Dataset:
-    """Examples in the serving format (app/train/rag_qa.py), as {record, source} rows like the files' records."""
+def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> tuple[ray.data.Dataset, int]:
+    """Examples in the serving format (app/train/rag_qa.py), as {record, source} rows like the files' records;
+    and the questions left out for having no answer."""
     from app.config import AppConfig
     from app.train.config import with_serving
     from app.train.rag_qa import RagQAExamples, question_rows
@@ -151,13 +152,15 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> r
     # the default serving config where the caller (run_training without the CLI) filled in none
     rq = with_serving(cfg.model_copy(deep=True), AppConfig()).sft.rag_qa
     assert rq is not None
-    rows = question_rows(rq)
+    rows, unanswered = question_rows(rq)
+    if not rows:
+        raise UserError(f"{rq.dataset}: none of its {unanswered} {rq.split} questions has an answer to learn")
     # A question set lists its questions article by article; SGD wants them mixed (the loop's shuffle buffer of
     # 256 rows spans about one article). Seeded, so a resumed run sees the same order.
     random.Random(cfg.seed).shuffle(rows)
     return ray.data.from_items(rows).map_batches(
         RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64, concurrency=1,
-        num_cpus=PREP_CPUS)
+        num_cpus=PREP_CPUS), unanswered
 
 
 def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
@@ -166,12 +169,18 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None:
         raise UserError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
-    parts = ([_records(cfg.sft.paths)] if cfg.sft.paths else []) + \
-        ([_rag_qa_records(cfg, model_path, storage)] if cfg.sft.rag_qa else [])
+    parts = [_records(cfg.sft.paths)] if cfg.sft.paths else []
+    unanswered = 0
+    if cfg.sft.rag_qa:
+        examples, unanswered = _rag_qa_records(cfg, model_path, storage)
+        parts.append(examples)
     records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
     ds = records.map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()), batch_size=256,
                              concurrency=1, num_cpus=PREP_CPUS)
     ds, counts = _reconcile(ds, cfg)
+    if unanswered:  # left out before they became records: counted with the drops, so the counts reconcile
+        counts["records"] += unanswered
+        counts["dropped"] = dict(sorted((counts["dropped"] | {"no_answer": unanswered}).items()))
     ds = ds.select_columns(["input_ids", "labels"], num_cpus=PREP_CPUS)
     if cfg.sft.packing:
         ds = ds.map_batches(pack, fn_kwargs={"max_length": cfg.sft.max_length},  # type: ignore[arg-type]

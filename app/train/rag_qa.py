@@ -123,9 +123,12 @@ class QuestionRow(TypedDict):
     article: str
 
 
-def question_rows(cfg: RagQAConfig) -> list[QuestionRow]:
+def question_rows(cfg: RagQAConfig) -> tuple[list[QuestionRow], int]:
+    """(the questions with an answer, as rows; how many had none). A question without an answer teaches nothing
+    here: a synthetic set (`ragline adapt`) holds many whose writer gave no answer the passage holds."""
     from app.qa.questions import load_questions, sample
 
-    questions = sample(load_questions(Path(cfg.dataset), cfg.split), cfg.limit)
-    return [QuestionRow(qid=q.qid, question=q.question, answers=list(q.answers), doc_id=q.doc_id, article=q.article)
-            for q in questions]
+    questions = sample(load_questions(Path(cfg.dataset), cfg.split, answers=False), cfg.limit)
+    rows = [QuestionRow(qid=q.qid, question=q.question, answers=list(q.answers), doc_id=q.doc_id,
+                        article=q.article) for q in questions if q.answers]
+    return rows, len(questions) - len(rows)

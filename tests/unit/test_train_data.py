@@ -168,3 +168,17 @@ def test_job_file_errors_name_the_file(tmp_path):
         load_job_config(tmp_path / "missing.yaml", "sft")
     cfg = load_job_config(p, "sft", ["strategy=fsdp"])
     assert cfg.strategy == "fsdp" and cfg.sft.paths == [os.path.abspath("a.jsonl")]  # relative to the caller
+
+
+def test_rag_qa_leaves_out_and_counts_the_questions_without_an_answer(tmp_path):
+    """A synthetic set (`ragline adapt`) holds questions whose writer gave no answer the passage holds."""
+    from app.train.config import RagQAConfig
+    from app.train.rag_qa import question_rows
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "a", "question": "Who keeps the lighthouse?", "answers": ["the keeper"], "doc_id": "d1"},
+        {"id": "b", "question": "Why is the lamp red?", "answers": [], "doc_id": "d1"},
+        {"id": "c", "question": "When was it built?", "doc_id": "d2"}]) + "\n")
+    rows, unanswered = question_rows(RagQAConfig(dataset=str(path), split="all"))
+    assert [r["qid"] for r in rows] == ["a"] and rows[0]["answers"] == ["the keeper"] and unanswered == 2
