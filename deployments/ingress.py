@@ -119,8 +119,8 @@ class IndexEmbedder:
         catalog = Catalog(self.storage)
         served = catalog.get("indexes", self.index_version) if self.index_version else catalog.latest("indexes")
         name = served.embedder.name if served else self._name
-        if name not in self.tokenizers:
-            self.tokenizers[name] = embedder.load_tokenizer(name)
+        if name not in self.tokenizers:  # a trained embedder's name is catalog:NAME:VERSION, its files elsewhere
+            self.tokenizers[name] = embedder.load_tokenizer(embedder.weights(served.embedder) if served else name)
         self._name = name  # after its tokenizer is loaded: count_tokens never sees a name without one
 
     @property

@@ -151,9 +151,10 @@ def _reembed(storage: Storage, table: pa.Table, target: EmbedderInfo, latest: Ma
     if latest is not None and _same(latest.embedder, target):
         previous = Index.load(storage, latest.version, verify=False)
         known = known_vectors(previous.dense, previous.chunks.column("chunk_id"))
-    vectors, embedded, embed_s = embed_chunks(table, target, include_title, cfg.ingest.embed, known)
-    dim = vectors.shape[1]
-    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+    done = embed_chunks(table, target, include_title, cfg.ingest.embed, known)
+    dim = done.vectors.shape[1]
+    column = pa.FixedSizeListArray.from_arrays(pa.array(done.vectors.reshape(-1), pa.float32()), dim)
     table = table.set_column(table.column_names.index("embedding"), "embedding", column)
-    return table, target.model_copy(update={"dim": dim}), {"embedded": embedded, "reused": table.num_rows - embedded,
-                                                           "embed_s": round(embed_s, 3)}
+    return table, target.model_copy(update={"dim": dim}), {
+        "embedded": done.embedded, "reused": table.num_rows - done.embedded, "embed_s": round(done.embed_s, 3),
+        "rows_by_node": done.rows_by_node}

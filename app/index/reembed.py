@@ -9,10 +9,12 @@ keeps that vector: after the first re-embedding, an ingest that adds documents e
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import ray
 
 from app import hardware
 from app.catalog import EmbedderInfo
@@ -43,8 +45,10 @@ class Reembed:
                  zip(batch.column("title").to_pylist(), batch.column("text").to_pylist(), strict=True)]
         vectors = self.encoder.encode(texts, self.encode_batch_size)  # (rows, dim)
         flat = pa.array(vectors.reshape(-1), pa.float32())
+        node = ray.get_runtime_context().get_node_id()
         return pa.table({"chunk_id": batch.column("chunk_id"),
-                         "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])})
+                         "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1]),
+                         "node": pa.array([node] * batch.num_rows, pa.string())})
 
 
 def known_vectors(dense: faiss.Index, chunk_ids: list[str]) -> dict[str, np.ndarray]:
@@ -53,16 +57,23 @@ def known_vectors(dense: faiss.Index, chunk_ids: list[str]) -> dict[str, np.ndar
     return dict(zip(chunk_ids, vectors, strict=True))
 
 
+class Reembedded(NamedTuple):
+    vectors: np.ndarray  # (rows, dim) float32, in the table's row order
+    embedded: int  # chunks embedded now (the rest were known)
+    embed_s: float
+    rows_by_node: dict[str, int]  # Ray node id → chunks its actors embedded
+
+
 def embed_chunks(table: pa.Table, info: EmbedderInfo, include_title: bool, ec: EmbedConfig,
-                 known: dict[str, np.ndarray]) -> tuple[np.ndarray, int, float]:
-    """(vectors (rows, dim) in `table`'s row order, chunks embedded now, seconds spent embedding) for `table`'s
-    chunks under `info`; `known` vectors are reused. Needs a connected Ray when any chunk is new."""
-    import ray
+                 known: dict[str, np.ndarray]) -> Reembedded:
+    """`table`'s chunks embedded under `info`, `known` vectors reused. Needs a connected Ray when any chunk is
+    new."""
     import ray.data
 
     ids = table.column("chunk_id").to_pylist()
     todo = [i for i, c in enumerate(ids) if c not in known]
     by_id = dict(known)
+    by_node: Counter[str] = Counter()
     t0 = time.perf_counter()
     if todo:
         ds: ray.data.Dataset = ray.data.from_arrow(table.select(["chunk_id", "title", "text"]).take(todo))
@@ -72,9 +83,11 @@ def embed_chunks(table: pa.Table, info: EmbedderInfo, include_title: bool, ec: E
                             num_cpus=ec.num_cpus, num_gpus=ec.num_gpus or None,
                             fn_constructor_kwargs={"info": info, "include_title": include_title,
                                                    "encode_batch_size": ec.encode_batch_size,
-                                                   "device": embedder.device(ec),
+                                                   "device": embedder.device_for(ec),
                                                    "threads": hardware.threads(ec.num_cpus)})
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):  # embedding: (rows, dim)
             by_id.update(zip((str(c) for c in batch["chunk_id"]), batch["embedding"], strict=True))
+            by_node.update(str(n) for n in batch["node"])
     assert len(by_id) >= len(ids), "a chunk came back without its vector"
-    return np.stack([by_id[c] for c in ids]).astype(np.float32), len(todo), time.perf_counter() - t0
+    return Reembedded(np.stack([by_id[c] for c in ids]).astype(np.float32), len(todo), time.perf_counter() - t0,
+                      dict(by_node))

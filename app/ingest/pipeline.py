@@ -183,7 +183,7 @@ def _variant(cfg: AppConfig, previous: Manifest | None) -> embedder.Variant:
     """The embedder runtime and precision of this run: a dataset's versions all share one model, revision,
     runtime and precision (their vectors are searched together); `auto` follows the existing versions, else the
     hardware and the model."""
-    ec, device = cfg.ingest.embed, embedder.device(cfg.ingest.embed)
+    ec, device = cfg.ingest.embed, embedder.device_for(cfg.ingest.embed)
     if previous is None:
         return embedder.Variant(embedder.choose_runtime(ec.runtime, ec.model, device),
                                 hardware.choose_precision(ec.precision, device))
@@ -244,7 +244,7 @@ def chunk_documents(ds: ray.data.Dataset, cfg: AppConfig, ledger: Any, variant: 
                         fn_constructor_kwargs={"ledger": ledger, "model": model_path, "variant": variant,
                                                "encode_batch_size": ic.embed.encode_batch_size,
                                                "include_title": ic.embed.include_title,
-                                               "device": embedder.device(cfg.ingest.embed),
+                                               "device": embedder.device_for(cfg.ingest.embed),
                                                "threads": threads, "reuse": reuse})
     return ds
 

@@ -147,7 +147,7 @@ class Encoder:
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
-def device(ec: EmbedConfig) -> str:
+def device_for(ec: EmbedConfig) -> str:
     return "cuda" if ec.num_gpus > 0 else "cpu"
 
 

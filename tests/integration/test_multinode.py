@@ -1,7 +1,8 @@
 """Three Ray nodes on one machine (`ray.cluster_utils.Cluster`: a head with no CPUs and two 1-CPU workers), driven
-through the `ragline` CLI as a user would: ingest spreads its embedding actors over both workers, a two-worker
-training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a worker node killed in the
-middle of an ingest is survived in-run: the run publishes a complete version, every document once.
+through the `ragline` CLI as a user would: ingest and re-embedding spread their embedding actors over both
+workers, a two-worker training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a
+worker node killed in the middle of an ingest is survived in-run: the run publishes a complete version, every
+document once.
 
 What the kill costs depends on what the node held. An embedding actor there is restarted on another node and its
 block retried. Blocks of the fused read→chunk task there are rebuilt by running that task again; its dedup
@@ -197,7 +198,7 @@ def ingest_json(done: subprocess.CompletedProcess) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-def test_ingest_spreads_embedding_actors_over_both_workers(cluster, tmp_path):
+def test_ingest_and_re_embedding_spread_embedding_actors_over_both_workers(cluster, tmp_path):
     n = N_DOCS
     report = ingest_json(cluster.ragline(tmp_path / "store", *INGEST, "ingest", str(corpus(tmp_path / "c", n)),
                                          "--in-process", "--json"))
@@ -209,6 +210,18 @@ def test_ingest_spreads_embedding_actors_over_both_workers(cluster, tmp_path):
     assert all(rows > 0 for rows in embed.values()) and sum(embed.values()) == report["chunks"]
     for name, s in stages.items():  # the head has no CPUs: no stage ran there
         assert cluster.head not in s["rows_by_node"], name
+
+    # re-embedding (what promoting a trained embedder does) spreads the same way: the packaged MiniLM named by its
+    # directory is another embedder to the index
+    from app.models import embedder
+
+    other = embedder.resolve("all-MiniLM-L6-v2")
+    built = ingest_json(cluster.ragline(tmp_path / "store", *INGEST, "index", "build", "--embedder", other, "--json"))
+    assert built["embedder"] == other
+    latest = Catalog(Storage(str(tmp_path / "store"))).latest("indexes")
+    assert latest is not None and latest.version == built["index_version"]
+    by_node = latest.extra["reembedded"]["rows_by_node"]
+    assert set(by_node) == set(cluster.workers) and sum(by_node.values()) == report["chunks"], by_node
 
 
 def test_strict_spread_puts_each_training_worker_on_its_own_node(cluster, tmp_path, tiny_lm):
