@@ -32,7 +32,7 @@ class RoundTrip:
         self.mode, self.k = mode, k
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        asked = [i for i, q in enumerate(batch["question"]) if q]
+        asked = [i for i, q in enumerate(batch["question"]) if isinstance(q, str) and q]  # NaN: none (pandas)
         ranks = np.zeros(len(batch["question"]), dtype=np.int64)
         if asked:
             questions = [str(batch["question"][i]) for i in asked]

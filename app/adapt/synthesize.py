@@ -75,6 +75,9 @@ def sample_chunks(chunks: Any, n: int, min_words: int, seed: int) -> list[dict[s
     return out
 
 
+TEXT_FIELDS = ("question", "rejected", "answer")  # a writer's row's optional strings (app.adapt.writer)
+
+
 def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_path: str,
                index_version: int | None = None) -> SyntheticSet:
     """Writes one synthetic question set for the index version (default: the latest). Needs a connected Ray."""
@@ -103,6 +106,8 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
     rejected: dict[str, int] = {}
     sets: dict[str, list[Any]] = {"train": [], "heldout": [], "rejected": []}
     for r in sorted(rows, key=lambda r: r["chunk_id"]):
+        # ray.data.llm's stages pass rows through pandas, which turns a missing string into NaN (truthy, not str)
+        r = {k: v if isinstance(v, str) or k not in TEXT_FIELDS else None for k, v in r.items()}
         if r["rejected"]:
             rejected[r["rejected"]] = rejected.get(r["rejected"], 0) + 1
             sets["rejected"].append({"chunk_id": r["chunk_id"], "reason": r["rejected"], "reply": r["reply"]})

@@ -106,6 +106,7 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
         n["train"], n["heldout"], sum(n["rejected"].values()))
     train = [json.loads(line) for line in lines["train"]]
     assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
+    assert all(isinstance(a, str) and a for r in train for a in r["answers"]), train  # spans, never NaN
     assert not {r["chunk_id"] for r in train} & {json.loads(line)["chunk_id"] for line in lines["heldout"]}
     embedder, reranker = report["roles"]
     assert (embedder["role"], embedder["served"], embedder["candidate"]) == ("embedder", "all-MiniLM-L6-v2",
