@@ -157,4 +157,4 @@ def _reembed(storage: Storage, table: pa.Table, target: EmbedderInfo, latest: Ma
     table = table.set_column(table.column_names.index("embedding"), "embedding", column)
     return table, target.model_copy(update={"dim": dim}), {
         "embedded": done.embedded, "reused": table.num_rows - done.embedded, "embed_s": round(done.embed_s, 3),
-        "rows_by_node": done.rows_by_node}
+        "rows_by_node": done.rows_by_node, "actors": done.actors}

@@ -1,9 +1,10 @@
 """An index version's vectors from an embedder other than its dataset's: a trained embedder (`ragline train
 embedder`) serves with the index it re-embedded, so the two always swap together.
 
-The chunks are embedded on Ray Data by a pool of `Reembed` actors (one per free core, or `ingest.embed.concurrency`;
-on a cluster, spread over its nodes). A chunk the previous index version already holds under the same embedder
-keeps that vector: after the first re-embedding, an ingest that adds documents embeds only their chunks.
+The chunks are embedded on Ray Data by a pool of `Reembed` actors (growing to one per core as cores are free, or
+`ingest.embed.concurrency`; on a cluster, spread over its nodes). A chunk the previous index version already holds
+under the same embedder keeps that vector: after the first re-embedding, an ingest that adds documents embeds only
+their chunks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 # CPUs the pipeline's read and collect tasks reserve beside the embedding actors
 LIGHT_CPUS = 0.25
+ACTORS_START_S = 300  # the most the pool's actors may take to start (a model download, an OpenVINO conversion)
 
 
 class Reembed:
@@ -62,6 +64,7 @@ class Reembedded(NamedTuple):
     embedded: int  # chunks embedded now (the rest were known)
     embed_s: float
     rows_by_node: dict[str, int]  # Ray node id → chunks its actors embedded
+    actors: int  # the pool's size
 
 
 def embed_chunks(table: pa.Table, info: EmbedderInfo, include_title: bool, ec: EmbedConfig,
@@ -75,19 +78,25 @@ def embed_chunks(table: pa.Table, info: EmbedderInfo, include_title: bool, ec: E
     by_id = dict(known)
     by_node: Counter[str] = Counter()
     t0 = time.perf_counter()
+    actors = embedder.pool_size(ec, LIGHT_CPUS) if todo else 0
     if todo:
-        ds: ray.data.Dataset = ray.data.from_arrow(table.select(["chunk_id", "title", "text"]).take(todo))
+        rows = table.select(["chunk_id", "title", "text"]).take(todo)
+        # a block per batch: one block would go to one actor, however many the pool has
+        ds: ray.data.Dataset = ray.data.from_arrow([rows.slice(i, ec.batch_size)
+                                                    for i in range(0, rows.num_rows, ec.batch_size)])
         ds = ds.map_batches(Reembed, batch_size=ec.batch_size, batch_format="pyarrow",
-                            compute=ray.data.ActorPoolStrategy(size=embedder.pool_size(ec, LIGHT_CPUS),
-                                                               max_tasks_in_flight_per_actor=1),
+                            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
                             num_cpus=ec.num_cpus, num_gpus=ec.num_gpus or None,
                             fn_constructor_kwargs={"info": info, "include_title": include_title,
                                                    "encode_batch_size": ec.encode_batch_size,
                                                    "device": embedder.device_for(ec),
                                                    "threads": hardware.threads(ec.num_cpus)})
+        # every actor up before the first block goes out: the first one ready would otherwise embed a small
+        # corpus alone while the others load (the pool is sized to free cores, so they do start)
+        ds.context.wait_for_min_actors_s = ACTORS_START_S
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):  # embedding: (rows, dim)
             by_id.update(zip((str(c) for c in batch["chunk_id"]), batch["embedding"], strict=True))
             by_node.update(str(n) for n in batch["node"])
     assert len(by_id) >= len(ids), "a chunk came back without its vector"
     return Reembedded(np.stack([by_id[c] for c in ids]).astype(np.float32), len(todo), time.perf_counter() - t0,
-                      dict(by_node))
+                      dict(by_node), actors)

@@ -151,10 +151,11 @@ def device_for(ec: EmbedConfig) -> str:
     return "cuda" if ec.num_gpus > 0 else "cpu"
 
 
-def pool_size(ec: EmbedConfig, reserved_cpus: float) -> int:
+def pool_size(ec: EmbedConfig, reserved_cpus: float, free_only: bool = True) -> int:
     """Embedding actors for a Ray Data pipeline (`ec.concurrency` if set): one per GPU share, or one per core free
-    now (a Serve graph may hold some) less `reserved_cpus` that the pipeline's other stages reserve: a pool sized
-    to the whole cluster would wait forever for actors that cannot start."""
+    now (a Serve graph may hold some) less `reserved_cpus` that the pipeline's other stages reserve: a fixed pool
+    sized to the whole cluster would wait forever for actors that cannot start. `free_only=False`: one per core
+    of the cluster, the most an autoscaling pool grows to as cores free up."""
     import ray
 
     if ec.concurrency:
@@ -162,8 +163,8 @@ def pool_size(ec: EmbedConfig, reserved_cpus: float) -> int:
     res = ray.cluster_resources()
     if ec.num_gpus > 0:
         return max(1, int(res.get("GPU", 0) / ec.num_gpus))
-    free = ray.available_resources().get("CPU", 1) - reserved_cpus
-    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(free / ec.num_cpus)))
+    cpus = (ray.available_resources() if free_only else res).get("CPU", 1) - reserved_cpus
+    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(cpus / ec.num_cpus)))
 
 
 def weights(info: EmbedderInfo) -> str:
