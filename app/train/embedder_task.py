@@ -43,11 +43,12 @@ def resolve_model(cfg: TrainJobConfig) -> str:
 
 
 def build_model(cfg: TrainJobConfig, path: str) -> torch.nn.Module:
-    """The transformer under the sentence-transformers pooling (no head: the same on every rank)."""
+    """The transformer under the sentence-transformers pooling (no head: the same on every rank). Without BERT's
+    pooler: the mean of the token states is the embedding, and DDP fails a step whose parameters got no gradient."""
     import torch
     from transformers import AutoModel
 
-    return with_checkpointing(cfg, AutoModel.from_pretrained(path, dtype=torch.float32))
+    return with_checkpointing(cfg, AutoModel.from_pretrained(path, dtype=torch.float32, add_pooling_layer=False))
 
 
 class GroupTokenize:
@@ -134,5 +135,6 @@ def export(cfg: TrainJobConfig, model: Any, path: str, directory: Path) -> None:
 
     st = SentenceTransformer(path, device="cpu")
     transformer: Any = st[0]  # sentence_transformers.models.Transformer
-    transformer.auto_model.load_state_dict(model.state_dict())
+    missing, unexpected = transformer.auto_model.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("pooler.") for k in missing), (missing, unexpected)
     st.save(str(directory))

@@ -128,9 +128,9 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
 
 def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebuilds(ray_cluster, scifact_slice,
                                                                                       store):
-    """`train embedder` on pairs mined from the slice's own index (no labels), `models promote` re-embeds the
-    collection into a new index version that `search` embeds questions with, a plain rebuild keeps that embedder
-    and reuses every vector, and naming the packaged model goes back to the dataset's own vectors."""
+    """`train embedder` (two DDP workers) on pairs mined from the slice's own index (no labels), `models promote`
+    re-embeds the collection into a new index version that a Searcher embeds questions with, a plain rebuild keeps
+    that embedder and reuses every vector, and naming the packaged model goes back to the dataset's own vectors."""
     import faiss
     import numpy as np
 
@@ -144,7 +144,7 @@ def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebui
     storage = Storage(str(corpus))
     before = Catalog(storage).latest("indexes")
     assert before is not None and before.embedder.name == "all-MiniLM-L6-v2"
-    overrides = ["name=slice-embedder", "max_steps=3", "checkpoint_every=3", "batch_size=4", "num_workers=1",
+    overrides = ["name=slice-embedder", "max_steps=3", "checkpoint_every=3", "batch_size=4", "num_workers=2",
                  "embedder.self_queries=40", "embedder.max_length=128", "lr=1e-4"]
     run = ragline(corpus, ray_cluster, "train", "embedder", "--in-process",
                   *(a for o in overrides for a in ("--set", o)))
