@@ -82,7 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import readme_tables  # noqa: E402
+from benchmarks import readme_tables, venvs  # noqa: E402
 from benchmarks.documents_worker import words  # noqa: E402
 
 WORKER = ROOT / "benchmarks" / "documents_worker.py"
@@ -235,29 +235,15 @@ def requirements() -> list[str]:
 
 def bench_env() -> Path:
     """The benchmark environment's python, made (or remade, when its requirements changed) first."""
-    python = BENCH_ENV / "bin" / "python"
-    stamp = BENCH_ENV / "documents-bench.json"
-    want = {"requirements": requirements()}
-    if python.exists() and stamp.is_file() and json.loads(stamp.read_text()) == want:
-        return python
-    print(f"making {BENCH_ENV} ({' '.join(want['requirements'])}); a few minutes, once", flush=True)
-    shutil.rmtree(BENCH_ENV, ignore_errors=True)
-    _setup([shutil.which("python3.11") or sys.executable, "-m", "venv", str(BENCH_ENV)])
-    _setup([str(python), "-m", "pip", "install", "--quiet", *want["requirements"]])
-    # unstructured fetches en_core_web_sm itself where GitHub is reachable; this asks it to, once
-    probe = "from unstructured.nlp.tokenize import sent_tokenize; sent_tokenize('One. Two.')"
-    if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
-        print("en_core_web_sm cannot be downloaded here: installing the stand-in", flush=True)
-        _setup([str(python), "-c", STANDIN])
-    stamp.write_text(json.dumps(want))
-    return python
 
+    def finish(python: Path) -> None:
+        # unstructured fetches en_core_web_sm itself where GitHub is reachable; this asks it to, once
+        probe = "from unstructured.nlp.tokenize import sent_tokenize; sent_tokenize('One. Two.')"
+        if subprocess.run([str(python), "-c", probe], capture_output=True).returncode != 0:
+            print("en_core_web_sm cannot be downloaded here: installing the stand-in", flush=True)
+            venvs.step([str(python), "-c", STANDIN])
 
-def _setup(argv: list[str]) -> None:
-    """A step of making the environment; its output (pip's) shown only when it fails."""
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return venvs.own_env(BENCH_ENV, "documents-bench.json", requirements(), finish)
 
 
 def env_facts(python: Path) -> dict[str, Any]:

@@ -71,7 +71,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import readme_tables  # noqa: E402
+from benchmarks import readme_tables, venvs  # noqa: E402
+from benchmarks.documents_bench import git_commit  # noqa: E402
 
 WORKER = ROOT / "benchmarks" / "peers_worker.py"
 DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "scifact"
@@ -169,25 +170,11 @@ PROBE = ("import llama_index.core, llama_index.embeddings.huggingface, llama_ind
 
 def bench_env() -> Path:
     """The peers' environment's python, made (or remade, when its requirements changed) first."""
-    python = BENCH_ENV / "bin" / "python"
-    stamp = BENCH_ENV / "peers-bench.json"
-    want = {"requirements": requirements()}
-    if python.exists() and stamp.is_file() and json.loads(stamp.read_text()) == want:
-        return python
-    print(f"making {BENCH_ENV} ({' '.join(want['requirements'])}); a few minutes, once", flush=True)
-    shutil.rmtree(BENCH_ENV, ignore_errors=True)
-    _setup([shutil.which("python3.11") or sys.executable, "-m", "venv", str(BENCH_ENV)])
-    _setup([str(python), "-m", "pip", "install", "--quiet", *want["requirements"]])
-    # imports once, so that no timed run pays for compiling the packages' bytecode
-    _setup([str(python), "-c", PROBE], env={**os.environ, **PEER_ENV})
-    stamp.write_text(json.dumps(want))
-    return python
 
+    def finish(python: Path) -> None:  # imports once, so that no timed run pays for compiling bytecode
+        venvs.step([str(python), "-c", PROBE], env={**os.environ, **PEER_ENV})
 
-def _setup(argv: list[str], env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return venvs.own_env(BENCH_ENV, "peers-bench.json", requirements(), finish)
 
 
 def peer_versions(python: Path) -> dict[str, str]:
@@ -517,13 +504,6 @@ def main(argv: list[str] | None = None) -> int:
     print_result(result)
     readme_tables.save("peers", result, args.out)
     return 0
-
-
-def git_commit(root: Path) -> str | None:
-    done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "app"],
-                           capture_output=True, text=True).stdout.strip()
-    return done.stdout.strip() + ("+changes" if dirty else "") if done.returncode == 0 else None
 
 
 if __name__ == "__main__":
