@@ -135,7 +135,7 @@ def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_
 
 
 def test_job_files_in_deployments_validate():
-    for task in ("sft", "reranker"):
+    for task in ("sft", "reranker", "embedder"):
         cfg = load_job_config(ROOT / "deployments" / "jobs" / f"{task}.yaml", task)
         assert cfg.task == task
     with pytest.raises(ValueError, match="is for task 'sft', not 'reranker'"):
