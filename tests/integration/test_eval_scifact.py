@@ -138,6 +138,7 @@ def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebui
     from app.config import AppConfig, SearchConfig
     from app.index.build import build_index
     from app.index.search import Index, Searcher
+    from app.models import embedder
     from app.storage import Storage
 
     corpus = store / "eval" / "scifact-slice"
@@ -173,5 +174,7 @@ def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebui
     rebuilt = build_index(storage, AppConfig())  # as a later ingest does
     assert rebuilt.embedder.name == "catalog:embedder:1" and rebuilt.version == index.version + 1
     assert rebuilt.extra["reembedded"]["reused"] == len(index.chunks)  # nothing embedded again
-    back = ragline(corpus, ray_cluster, "index", "build", "--embedder", "all-MiniLM-L6-v2")
-    assert back["embedder"] == "all-MiniLM-L6-v2" and "reembedded" not in Index.load(storage).manifest.extra
+    base = index.manifest.embedder  # the packaged model again (`index build --embedder all-MiniLM-L6-v2`)
+    back = build_index(storage, AppConfig(), None, embedder.target("all-MiniLM-L6-v2", storage,
+                                                                   embedder.Variant(base.runtime, base.precision)))
+    assert back.embedder.name == "all-MiniLM-L6-v2" and "reembedded" not in back.extra
