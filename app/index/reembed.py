@@ -1,10 +1,9 @@
 """An index version's vectors from an embedder other than its dataset's: a trained embedder (`ragline train
 embedder`) serves with the index it re-embedded, so the two always swap together.
 
-The chunks are embedded on Ray Data by a pool of `Reembed` actors (growing to one per core as cores are free, or
-`ingest.embed.concurrency`; on a cluster, spread over its nodes). A chunk the previous index version already holds
-under the same embedder keeps that vector: after the first re-embedding, an ingest that adds documents embeds only
-their chunks.
+The chunks are embedded on Ray Data by a pool of `Reembed` actors (one per free core, or `ingest.embed.concurrency`;
+on a cluster, spread over its nodes). A chunk the previous index version already holds under the same embedder
+keeps that vector: after the first re-embedding, an ingest that adds documents embeds only their chunks.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
     from app.config import EmbedConfig
 
-# CPUs the pipeline's read and collect tasks reserve beside the embedding actors
+# CPUs left beside the embedding actors when sizing their pool (the driver collecting the vectors, Ray's own)
 LIGHT_CPUS = 0.25
 ACTORS_START_S = 300  # the most the pool's actors may take to start (a model download, an OpenVINO conversion)
 

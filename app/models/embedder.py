@@ -151,11 +151,10 @@ def device_for(ec: EmbedConfig) -> str:
     return "cuda" if ec.num_gpus > 0 else "cpu"
 
 
-def pool_size(ec: EmbedConfig, reserved_cpus: float, free_only: bool = True) -> int:
+def pool_size(ec: EmbedConfig, reserved_cpus: float) -> int:
     """Embedding actors for a Ray Data pipeline (`ec.concurrency` if set): one per GPU share, or one per core free
     now (a Serve graph may hold some) less `reserved_cpus` that the pipeline's other stages reserve: a fixed pool
-    sized to the whole cluster would wait forever for actors that cannot start. `free_only=False`: one per core
-    of the cluster, the most an autoscaling pool grows to as cores free up."""
+    sized to the whole cluster would wait forever for actors that cannot start."""
     import ray
 
     if ec.concurrency:
@@ -163,8 +162,8 @@ def pool_size(ec: EmbedConfig, reserved_cpus: float, free_only: bool = True) -> 
     res = ray.cluster_resources()
     if ec.num_gpus > 0:
         return max(1, int(res.get("GPU", 0) / ec.num_gpus))
-    cpus = (ray.available_resources() if free_only else res).get("CPU", 1) - reserved_cpus
-    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(cpus / ec.num_cpus)))
+    free = ray.available_resources().get("CPU", 1) - reserved_cpus
+    return max(1, min(math.floor(res.get("CPU", 1)), math.floor(free / ec.num_cpus)))
 
 
 def weights(info: EmbedderInfo) -> str:
