@@ -79,7 +79,8 @@ DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "scifact"
 BENCH_ENV = ROOT / "benchmarks" / ".venv-peers"
 # The peers, pinned; torch, sentence-transformers and transformers follow Ragline's installed versions.
 PEERS = ["llama-index-core==0.14.25", "llama-index-embeddings-huggingface==0.8.0",
-         "llama-index-retrievers-bm25==0.8.0", "haystack-ai==3.4.1", "sentence-transformers-haystack==2.0.0"]
+         "llama-index-retrievers-bm25==0.8.0", "llama-index-llms-huggingface==0.8.0", "haystack-ai==3.4.1",
+         "sentence-transformers-haystack==2.0.0", "transformers-haystack==2.0.0"]
 SIDES = ("llamaindex", "haystack", "ragline")
 PEER_SIDES = ("llamaindex", "haystack")
 LABELS = {"llamaindex": "LlamaIndex `IngestionPipeline` → `VectorStoreIndex`",
@@ -158,14 +159,16 @@ def median(values: Iterable[float]) -> float:
 
 
 def requirements() -> list[str]:
-    """torch first (pip takes the CPU wheel this machine has), then the embedding stack at Ragline's versions."""
+    """torch first (pip takes the CPU wheel this machine has), then the embedding stack and the HTTP server (the
+    answering benchmark's apps) at Ragline's versions."""
     same = [f"{p}=={importlib.metadata.version(p).split('+')[0]}"
-            for p in ("torch", "sentence-transformers", "transformers")]
+            for p in ("torch", "sentence-transformers", "transformers", "fastapi", "uvicorn")]
     return [*same, *PEERS]
 
 
-PROBE = ("import llama_index.core, llama_index.embeddings.huggingface, llama_index.retrievers.bm25, haystack, "
-         "haystack_integrations.components.embedders.sentence_transformers, sentence_transformers, torch")
+PROBE = ("import llama_index.core, llama_index.embeddings.huggingface, llama_index.retrievers.bm25, "
+         "llama_index.llms.huggingface, haystack, haystack_integrations.components.embedders.sentence_transformers, "
+         "haystack_integrations.components.generators.transformers, sentence_transformers, torch, fastapi, uvicorn")
 
 
 def bench_env() -> Path:
@@ -178,8 +181,9 @@ def bench_env() -> Path:
 
 
 def peer_versions(python: Path) -> dict[str, str]:
-    names = ("llama-index-core", "llama-index-embeddings-huggingface", "llama-index-retrievers-bm25", "haystack-ai",
-             "sentence-transformers-haystack", "sentence-transformers", "transformers", "torch", "bm25s")
+    names = ("llama-index-core", "llama-index-embeddings-huggingface", "llama-index-retrievers-bm25",
+             "llama-index-llms-huggingface", "haystack-ai", "sentence-transformers-haystack", "transformers-haystack",
+             "sentence-transformers", "transformers", "torch", "bm25s", "fastapi", "uvicorn")
     code = f"import importlib.metadata as m, json; print(json.dumps({{p: m.version(p) for p in {names!r}}}))"
     out: dict[str, str] = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
                                                     check=True).stdout)

@@ -534,6 +534,76 @@ def peers_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def peers_answer_table(r: dict[str, Any], source: str) -> str:
+    """benchmarks/peers_answer_bench.py: Ragline's graph against Haystack's and LlamaIndex's apps, answering."""
+    labels = {"ragline": "Ragline `/v1/query` (vLLM)", "haystack": "Haystack pipeline in FastAPI (transformers)",
+              "llamaindex": "LlamaIndex query engine in FastAPI (transformers)"}
+    lines = [
+        f"The demo corpus, {r['model']}, answers of at most {r['max_tokens']} tokens streamed, each side's top "
+        f"{r['settings']['top_k']} chunks in its own default prompt, {r['cpus']} CPU cores; each side started afresh "
+        f"in every repeat, in turns, median of {r['repeats']} (`{r['command']}`, {r['date']}, {source}). Tokens "
+        "are the streamed answers re-tokenised with the generator's tokenizer, on every side:",
+        "",
+        "| side | clients | tokens/s | TTFT p50 / p95 ms | latency p50 / p95 ms | answer tokens | memory MB | "
+        "cold start s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, x in r["sides"].items():
+        for c in r["clients"]:
+            m = x[f"x{c}"]
+            lines.append(f"| {labels.get(name, name)} | {c} | {m['tokens_per_s']:.1f} | {m['ttft_p50_ms']:.0f} / "
+                         f"{m['ttft_p95_ms']:.0f} | {m['latency_p50_ms']:.0f} / {m['latency_p95_ms']:.0f} | "
+                         f"{m['answer_tokens']:.0f} | {x['rss_mb']:,.0f} | {x['cold_start_s']:.0f} |")
+    ratios = r["ratios"]
+    if ratios:
+        top = r["clients"][-1]
+        lines += ["", f"Ragline's tokens/s over {ratios['faster_peer']}'s, the faster peer: "
+                  + ", ".join(f"{ratios[f'tokens_per_s_x{c}']:.1f}x at {c}" for c in r["clients"])
+                  + f" client(s) (goal ≥ 10x at {top})."]
+    v = r["versions"]
+    if v:
+        lines += ["", f"haystack-ai {v['haystack-ai']} with transformers-haystack {v['transformers-haystack']}, "
+                  f"llama-index-core {v['llama-index-core']} with llama-index-llms-huggingface "
+                  f"{v['llama-index-llms-huggingface']}, transformers {v['transformers']}, torch {v['torch']}, "
+                  f"FastAPI {v['fastapi']} under uvicorn {v['uvicorn']}. Memory: the resident set of the side's "
+                  "processes (Ragline: its Serve replicas and the vLLM engine)."]
+    return "\n".join(lines)
+
+
+def ceiling_table(r: dict[str, Any], source: str) -> str:
+    """benchmarks/ceiling_bench.py: Ragline's RAG endpoint against Ray Serve LLM's OpenAI app and bare vLLM."""
+    e, sides = r["engine"], r["sides"]
+    labels = {"ragline": "Ragline `/v1/chat/completions` (RAG)", "serve-llm": "Ray Serve LLM OpenAI app",
+              "vllm": "`vllm serve`"}
+    lines = [
+        f"{r['model']} ({r['dtype']}, max_model_len {e['max_model_len']}, max_num_seqs {e['max_num_seqs']}, "
+        f"{e['VLLM_CPU_KVCACHE_SPACE']} GiB KV cache), {r['max_tokens']}-token greedy answers, {r['cpus']} CPU "
+        f"cores; each side started afresh in every repeat, in turns, median of {r['repeats']} "
+        f"(`{r['command']}`, {r['date']}, {source}; vLLM {r['versions']['vllm']}, Ray {r['versions']['ray']}). "
+        "Ragline is asked the question; the others the prompt Ragline builds for it (same prompt tokens):",
+        "",
+        "| side | clients | tokens/s | TTFT p50 / p95 ms | latency p50 / p95 ms | prompt tokens | cold start s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, x in sides.items():
+        for c in r["clients"]:
+            m = x[f"x{c}"]
+            lines.append(f"| {labels.get(name, name)} | {c} | {m['tokens_per_s']:.1f} | {m['ttft_p50_ms']:.0f} / "
+                         f"{m['ttft_p95_ms']:.0f} | {m['latency_p50_ms']:.0f} / {m['latency_p95_ms']:.0f} | "
+                         f"{m['prompt_tokens']:.0f} | {x['cold_start_s']:.0f} |")
+    ratios = r["ratios"]
+    if f"tokens_per_s_vs_vllm_x{r['clients'][-1]}" in ratios:
+        top, one = r["clients"][-1], r["clients"][0]
+        lines += ["", f"Ragline over bare vLLM at {top} clients: **{ratios[f'tokens_per_s_vs_vllm_x{top}']:.2f}x** "
+                  f"tokens/s (goal ≥ 0.9x); TTFT at {one} client "
+                  f"{ratios[f'ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms (goal within 50 ms)."]
+    stages = sides.get("ragline", {}).get(f"x{r['clients'][0]}", {}).get("stages_p50_ms")
+    if stages:
+        lines += ["", f"Where Ragline's time goes at {r['clients'][0]} client (p50 of its own stage timings, ms): "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in stages.items()) + "."]
+    return "\n".join(lines)
+
+
 def train_table(r: dict[str, Any], source: str) -> str:
     labels = {"plain": "plain PyTorch loop, one process, all cores", "ddp": "Ragline DDP",
               "fsdp": "Ragline FSDP2", "deepspeed-zero2": "Ragline DeepSpeed ZeRO-2"}
@@ -574,16 +644,20 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "documents": documents_table,
                                                            "documents_quality": documents_quality_table,
                                                            "sync": sync_table, "filter": filter_table,
-                                                           "adapt": adapt_table, "peers": peers_table}
+                                                           "adapt": adapt_table, "peers": peers_table,
+                                                           "ceiling": ceiling_table,
+                                                           "peers_answer": peers_answer_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
            "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
            "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py",
            "sync": "sync_bench.py", "filter": "filter_bench.py", "adapt": "adapt_bench.py",
-           "peers": "peers_bench.py"}
+           "peers": "peers_bench.py", "ceiling": "ceiling_bench.py",
+           "peers_answer": "peers_answer_bench.py"}
 # Tables whose benchmark has no committed results file yet: their block says so instead of failing the render.
-PENDING = {"peers": "python benchmarks/peers_bench.py"}
+PENDING = {"peers": "python benchmarks/peers_bench.py", "ceiling": "python benchmarks/ceiling_bench.py",
+           "peers_answer": "python benchmarks/peers_answer_bench.py"}
 
 
 def _filled(body: str) -> Callable[[re.Match[str]], str]:

