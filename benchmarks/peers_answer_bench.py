@@ -85,9 +85,13 @@ async def run_clients(call: Call, clients: int, requests: int, count: Callable[[
             "answer_tokens": statistics.mean(tokens)}
 
 
-async def measure(call: Call, count: Callable[[str], int]) -> dict[str, dict[str, float]]:
+async def cold_then_measure(call: Call, count: Callable[[str], int], t0: float) -> tuple[float, dict[str, Any]]:
+    """Seconds from `t0` (the side's start) to its first answer, then a warm-up and the measurements; one event loop
+    for all, as the client's connections belong to the loop that opened them."""
+    await call(0)
+    cold = time.perf_counter() - t0
     await run_clients(call, 2, 2, count)  # warm-up
-    return {f"x{c}": await run_clients(call, c, max(c, 3), count) for c in CLIENTS}
+    return cold, {f"x{c}": await run_clients(call, c, max(c, 3), count) for c in CLIENTS}
 
 
 def ragline_call(url: str, key: str) -> Call:
@@ -209,17 +213,15 @@ class Bench:
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         call, stop = self.ragline() if side == "ragline" else self.peer(side)
-        asyncio.run(call(0))
-        cold = time.perf_counter() - t0
         try:
-            r: dict[str, Any] = asyncio.run(measure(call, self.count))
+            cold, r = asyncio.run(cold_then_measure(call, self.count, t0))
         finally:
-            r_rss = stop()
+            rss = stop()
         for c in CLIENTS:
             m = r[f"x{c}"]
             print(f"  {side:10s} x{c:<3d} {m['tokens_per_s']:7.1f} tokens/s  TTFT p50 {m['ttft_p50_ms']:7.0f} ms  "
                   f"latency p50/p95 {m['latency_p50_ms']:7.0f}/{m['latency_p95_ms']:7.0f} ms", flush=True)
-        return {**r, "cold_start_s": cold, "rss_mb": r_rss}
+        return {**r, "cold_start_s": cold, "rss_mb": rss}
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -31,8 +31,9 @@ def test_serve_llm_and_bare_vllm_get_the_engine_options_ragline_serves_with():
     assert theirs.model_id == MODEL_ID
     assert (theirs.runtime_env or {})["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == f"{gen.vllm.kv_cache_gib:g}"
     cmd = vllm_command(gen, "/models/smol", "float32", 9000)
-    assert cmd[1:3] == ["serve", "/models/smol"]
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))
+    assert flags["--model"] == "/models/smol"
     assert flags["--dtype"] == "float32" and flags["--max-model-len"] == str(gen.context_len)
     assert flags["--max-num-seqs"] == str(gen.vllm.max_num_seqs) and flags["--served-model-name"] == MODEL_ID
     assert "--enforce-eager" in cmd and "--enable-prefix-caching" in cmd
