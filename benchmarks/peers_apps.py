@@ -103,7 +103,8 @@ def llamaindex(corpus: Path, s: dict[str, Any]) -> Answer:
     tokenizer.model_max_length = 1 << 30  # measuring a whole document is not feeding it to the model
     Settings.node_parser = SentenceSplitter(chunk_size=s["chunk_tokens"], chunk_overlap=s["overlap_tokens"],
                                             tokenizer=tokenizer.tokenize)
-    documents = SimpleDirectoryReader(str(corpus), required_exts=[".md"]).load_data()
+    # the files themselves: the reader's default skips a directory under a hidden one (the storage root's .ragline-*)
+    documents = SimpleDirectoryReader(input_files=sorted(corpus.glob("*.md"))).load_data()
     index = VectorStoreIndex.from_documents(documents)
     llm = HuggingFaceLLM(model_name=s["generator_dir"], tokenizer_name=s["generator_dir"], device_map="cpu",
                          max_new_tokens=s["max_new_tokens"], generate_kwargs={"do_sample": False},

@@ -574,7 +574,7 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
     """benchmarks/ceiling_bench.py: Ragline's RAG endpoint against Ray Serve LLM's OpenAI app and bare vLLM."""
     e, sides = r["engine"], r["sides"]
     labels = {"ragline": "Ragline `/v1/chat/completions` (RAG)", "serve-llm": "Ray Serve LLM OpenAI app",
-              "vllm": "`vllm serve`"}
+              "vllm": "`vllm serve`", "serve-llm-uni": "Ray Serve LLM OpenAI app, Ragline's one-process engine"}
     lines = [
         f"{r['model']} ({r['dtype']}, max_model_len {e['max_model_len']}, max_num_seqs {e['max_num_seqs']}, "
         f"{e['VLLM_CPU_KVCACHE_SPACE']} GiB KV cache), {r['max_tokens']}-token greedy answers, {r['cpus']} CPU "
