@@ -30,9 +30,7 @@ import asyncio
 import datetime as dt
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import psutil
 from ray import serve
 from ray.serve.llm import LLMServer
@@ -53,7 +50,9 @@ from app.config import GeneratorConfig  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from benchmarks import readme_tables  # noqa: E402
 from benchmarks.generate_bench import rag_prompts  # noqa: E402
+from benchmarks.load import closed_loop, pct  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
+from benchmarks.server_process import ServerProcess  # noqa: E402
 from deployments.llm import OneProcessEngine  # noqa: E402
 
 CLIENTS = (1, 8, 32)
@@ -62,10 +61,6 @@ CLIENTS = (1, 8, 32)
 SIDES = ("ragline", "serve-llm", "vllm", "serve-llm-uni")
 DEFAULT_SIDES = SIDES[:3]
 MODEL_ID = "bench-model"
-
-
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
 
 
 class Chat:
@@ -100,17 +95,7 @@ class Chat:
 
 
 async def run_clients(call: Chat, clients: int, requests: int) -> dict[str, Any]:
-    """`clients` loops share `requests` calls."""
-    done: list[dict[str, Any]] = []
-    todo = iter(range(requests))
-
-    async def client() -> None:
-        for i in todo:
-            done.append(await call(i))
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    wall = time.perf_counter() - t0
+    done, wall = await closed_loop(call, clients, requests)
     tokens = sum(d["usage"]["completion_tokens"] for d in done)
     ttft, latency = [d["ttft_s"] * 1e3 for d in done], [d["latency_s"] * 1e3 for d in done]
     out = {"tokens_per_s": tokens / wall, "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
@@ -237,26 +222,13 @@ class Bench:
 
     def vllm(self) -> tuple[Chat, Callable[[], None]]:
         port = self.args.port + 1
-        log = open(Path(self.args.work) / "vllm-serve.log", "ab")  # noqa: SIM115  # closed by stop()
-        proc = subprocess.Popen(vllm_command(self.gen, self.path, self.dtype, port), stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, **engine_env(self.gen)},
-                                start_new_session=True)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 600
-        while True:
-            assert proc.poll() is None, f"vllm serve exited {proc.returncode}: see {log.name}"
-            assert time.time() < deadline, f"vllm serve not healthy in 600 s: see {log.name}"
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
+        server = ServerProcess("vllm serve", vllm_command(self.gen, self.path, self.dtype, port),
+                               {**os.environ, **engine_env(self.gen)}, Path(self.args.work) / "vllm-serve.log",
+                               f"{url}/health", timeout_s=600)
 
         def stop() -> None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(120)
-            log.close()
+            server.stop()
             engines_gone()
         return self.prompted(url), stop
 

@@ -28,9 +28,7 @@ import asyncio
 import datetime as dt
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -38,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import psutil
 from ray import serve
 
@@ -51,8 +48,10 @@ from app.demo_corpus import write_demo_corpus  # noqa: E402
 from app.models import embedder  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from benchmarks import readme_tables  # noqa: E402
+from benchmarks.load import closed_loop, pct  # noqa: E402
 from benchmarks.peers_bench import PEER_ENV, bench_env, peer_versions  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
+from benchmarks.server_process import ServerProcess  # noqa: E402
 
 APPS = ROOT / "benchmarks" / "peers_apps.py"
 CLIENTS = (1, 8, 32)
@@ -62,22 +61,8 @@ READY = "PEERS-READY"
 Call = Callable[[int], Awaitable[tuple[float, float, str]]]  # request i -> (ttft_s, latency_s, answer text)
 
 
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
-
-
 async def run_clients(call: Call, clients: int, requests: int, count: Callable[[str], int]) -> dict[str, float]:
-    """`clients` loops share `requests` calls."""
-    done: list[tuple[float, float, str]] = []
-    todo = iter(range(requests))
-
-    async def client() -> None:
-        for i in todo:
-            done.append(await call(i))
-
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    wall = time.perf_counter() - t0
+    done, wall = await closed_loop(call, clients, requests)
     tokens = [count(text) for _, _, text in done]
     ttft, latency = [d[0] * 1e3 for d in done], [d[1] * 1e3 for d in done]
     return {"tokens_per_s": sum(tokens) / wall, "ttft_p50_ms": pct(ttft, 50), "ttft_p95_ms": pct(ttft, 95),
@@ -186,27 +171,15 @@ class Bench:
     def peer(self, side: str) -> tuple[Call, Callable[[], float]]:
         assert self.python is not None
         port = self.args.port + 1
-        log = open(Path(self.args.work) / f"{side}.log", "ab")  # noqa: SIM115  # closed by stop()
-        proc = subprocess.Popen([str(self.python), str(APPS), side, str(self.corpus),
-                                 str(Path(self.args.work) / "settings.json"), str(port)],
-                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **PEER_ENV},
-                                start_new_session=True)
-        url, deadline = f"http://127.0.0.1:{port}", time.time() + 900
-        while True:
-            assert proc.poll() is None, f"{side}'s app exited {proc.returncode}: see {log.name}"
-            assert time.time() < deadline, f"{side}'s app not up in 900 s: see {log.name}"
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
+        url = f"http://127.0.0.1:{port}"
+        server = ServerProcess(f"{side}'s app", [str(self.python), str(APPS), side, str(self.corpus),
+                                                 str(Path(self.args.work) / "settings.json"), str(port)],
+                               {**os.environ, **PEER_ENV}, Path(self.args.work) / f"{side}.log", f"{url}/health",
+                               timeout_s=900)
 
         def stop() -> float:
-            rss = tree_rss_mb(proc.pid)
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(60)
-            log.close()
+            rss = tree_rss_mb(server.proc.pid)
+            server.stop()
             return rss
         return peer_call(url), stop
 

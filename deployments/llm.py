@@ -99,11 +99,13 @@ def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
 
 
 class OneProcessEngine(VLLMEngine):
-    """Ray Serve LLM's vLLM engine, with a lone worker inside vLLM's engine process (vLLM's "uni" executor). On CPU
-    Ray Serve LLM picks vLLM's multiprocess executor whatever the world size; for one worker that is one more spawned
-    Python importing vLLM and torch: 6-10 s of each cold start and model swap on 2 cores, and 0.45 GB (a SmolLM2
-    replica's processes hold 2.8 GB PSS, against 3.2), for the same tokens/s. On GPU Ray Serve LLM's executor is
-    Ray's: untouched."""
+    """Ray Serve LLM's vLLM engine, with a lone worker inside vLLM's engine process (vLLM's "uni" executor;
+    `serve.generator.vllm.one_process`). On CPU Ray Serve LLM picks vLLM's multiprocess executor whatever the world
+    size; for one worker that is one more spawned Python importing vLLM and torch: 6-10 s of each cold start and model
+    swap on 2 cores, and 0.45 GB (a SmolLM2 replica's processes hold 2.8 GB PSS, against 3.2). In Ray Serve LLM's own
+    app the multiprocess executor generated 1.38x the tokens/s at 32 clients on 2 cores (benchmarks/ceiling_bench.py,
+    side serve-llm-uni); one run of Ragline's graph with it did not. On GPU Ray Serve LLM's executor is Ray's:
+    untouched."""
 
     def _start_async_llm_engine(self, vllm_engine_args, vllm_engine_config, placement_group):
         parallel = vllm_engine_config.parallel_config
@@ -115,8 +117,6 @@ class OneProcessEngine(VLLMEngine):
 class RaglineLLMServer(LLMServer):
     """Ray Serve LLM's `LLMServer`, given Ragline's model spec: it finds the model's files on its own node (the
     packaged GGUF converted once, a trained version mirrored from storage) and serves it under its label."""
-
-    _default_engine_cls = OneProcessEngine  # type: ignore[assignment]  # Ray declares it None, for subclasses to set
 
     async def __init__(  # type: ignore[misc]  # Serve awaits an async constructor, as LLMServer's own
         self, llm_config: LLMConfig, *, storage_root: str, gen: GeneratorConfig, poll_interval_s: float,
@@ -138,7 +138,7 @@ class RaglineLLMServer(LLMServer):
         config = llm_config.model_dump(exclude_unset=True)
         cfg = LLMConfig.model_validate({**config, "engine_kwargs": {**config["engine_kwargs"], "dtype": self.dtype},
                                         "model_loading_config": {"model_id": self.label, "model_source": source}})
-        await super().__init__(cfg)
+        await super().__init__(cfg, engine_cls=OneProcessEngine if gen.vllm.one_process else None)
         engine = [str(p.pid) for p in psutil.Process().children(recursive=True)]
         subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid()), *engine], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

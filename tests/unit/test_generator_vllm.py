@@ -38,6 +38,7 @@ def test_defaults_are_vllm_on_cpu_with_prefix_caching():
     gen = GeneratorConfig()
     vllm = gen.vllm
     assert gen.engine == "vllm" and vllm.device == "cpu" and vllm.enable_prefix_caching and vllm.enforce_eager
+    assert vllm.one_process  # vLLM's uni executor: the quicker cold start
     assert gen.context_len == gen.max_context_tokens == 2048
     assert GeneratorConfig(vllm={"max_model_len": 4096}).context_len == 4096
 
