@@ -728,6 +728,19 @@ def headline(results: Path = RESULTS) -> str:
                          f"{x['ragline_over_faster_peer']:.2f}x the documents/s ({x['ragline_dense_ndcg@10']:.3f} "
                          f"against {x['faster_peer_dense_ndcg@10']:.3f})", cpu_level(r),
                          "against-llamaindex-and-haystack"))
+    if any(results.glob("peers_answer-*.json")):
+        r = newest("peers_answer")
+        x, top = r["ratios"], r["clients"][-1]
+        rows.append((f"Answering against the faster of a Haystack and a LlamaIndex FastAPI app, streamed at {top} "
+                     "clients", f"{x[f'tokens_per_s_x{top}']:.1f}x the tokens/s", cpu_level(r),
+                     "against-llamaindex-and-haystack"))
+    if any(results.glob("ceiling-*.json")):
+        r = newest("ceiling")
+        x, top, one = r["ratios"], r["clients"][-1], r["clients"][0]
+        rows.append((f"Ragline's RAG `/v1/chat/completions` against bare `vllm serve`, tokens/s at {top} clients "
+                     f"(TTFT at {one})", f"{x[f'tokens_per_s_vs_vllm_x{top}']:.2f}x "
+                     f"({x[f'ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms)", cpu_level(r),
+                     "against-bare-vllm-and-ray-serve-llm"))
     lines = ["| measured | result | CPU level |", "|---|---|---|"]
     lines += [f"| [{what}](docs/benchmarks.md#{anchor}) | {value} | {level} |" for what, value, level, anchor in rows]
     return "\n".join(lines)
