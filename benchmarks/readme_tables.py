@@ -534,6 +534,12 @@ def peers_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def _load_cells(m: dict[str, Any]) -> str:
+    """The serving benchmarks' columns for one load point: tokens/s | TTFT p50 / p95 | latency p50 / p95 (ms)."""
+    return (f"{m['tokens_per_s']:.1f} | {m['ttft_p50_ms']:.0f} / {m['ttft_p95_ms']:.0f} | "
+            f"{m['latency_p50_ms']:.0f} / {m['latency_p95_ms']:.0f}")
+
+
 def peers_answer_table(r: dict[str, Any], source: str) -> str:
     """benchmarks/peers_answer_bench.py: Ragline's graph against Haystack's and LlamaIndex's apps, answering."""
     labels = {"ragline": "Ragline `/v1/query` (vLLM)", "haystack": "Haystack pipeline in FastAPI (transformers)",
@@ -551,9 +557,8 @@ def peers_answer_table(r: dict[str, Any], source: str) -> str:
     for name, x in r["sides"].items():
         for c in r["clients"]:
             m = x[f"x{c}"]
-            lines.append(f"| {labels.get(name, name)} | {c} | {m['tokens_per_s']:.1f} | {m['ttft_p50_ms']:.0f} / "
-                         f"{m['ttft_p95_ms']:.0f} | {m['latency_p50_ms']:.0f} / {m['latency_p95_ms']:.0f} | "
-                         f"{m['answer_tokens']:.0f} | {x['rss_mb']:,.0f} | {x['cold_start_s']:.0f} |")
+            lines.append(f"| {labels.get(name, name)} | {c} | {_load_cells(m)} | {m['answer_tokens']:.0f} | "
+                         f"{x['rss_mb']:,.0f} | {x['cold_start_s']:.0f} |")
     ratios = r["ratios"]
     if ratios:
         top = r["clients"][-1]
@@ -588,9 +593,8 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
     for name, x in sides.items():
         for c in r["clients"]:
             m = x[f"x{c}"]
-            lines.append(f"| {labels.get(name, name)} | {c} | {m['tokens_per_s']:.1f} | {m['ttft_p50_ms']:.0f} / "
-                         f"{m['ttft_p95_ms']:.0f} | {m['latency_p50_ms']:.0f} / {m['latency_p95_ms']:.0f} | "
-                         f"{m['prompt_tokens']:.0f} | {x['cold_start_s']:.0f} |")
+            lines.append(f"| {labels.get(name, name)} | {c} | {_load_cells(m)} | {m['prompt_tokens']:.0f} | "
+                         f"{x['cold_start_s']:.0f} |")
     ratios = r["ratios"]
     if f"tokens_per_s_vs_vllm_x{r['clients'][-1]}" in ratios:
         top, one = r["clients"][-1], r["clients"][0]
