@@ -121,6 +121,12 @@ def url_of(schema: Any, dashboard: str | None = None) -> str:
 
 def deploy(schema: Any, timeout_s: float = 600) -> None:
     """Starts Serve with the config's HTTP options and deploys its applications; waits until RUNNING."""
+    submit(schema)
+    wait_running([a.name for a in schema.applications], timeout_s)
+
+
+def submit(schema: Any) -> None:
+    """`deploy` without the wait: the applications start while the caller does other work, then `wait_running`."""
     from ray.exceptions import RayError
     from ray.serve._private.api import serve_start  # what `serve run CONFIG` calls
 
@@ -133,7 +139,6 @@ def deploy(schema: Any, timeout_s: float = 600) -> None:
                            "config); 8404 and 9101 are HAProxy's own stats and metrics ports") from e
         raise
     client.deploy_apps(schema, _blocking=False)
-    wait_running([a.name for a in schema.applications], timeout_s)
 
 
 def ports_taken(haproxy_error: str) -> str:
