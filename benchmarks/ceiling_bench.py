@@ -187,7 +187,7 @@ class Bench:
         self.prompts: list[Any] | None = None
 
     def ragline(self) -> tuple[Chat, Callable[[], None]]:
-        deploy(self.storage, self.overrides, self.args.port)
+        deploy(self.storage, [*self.overrides, *self.args.ragline_set], self.args.port)
         if self.prompts is None:  # the prompts Ragline's graph builds, for the other sides
             from transformers import AutoTokenizer
 
@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"measure only these sides (default: {' '.join(DEFAULT_SIDES)}; also serve-llm-uni, Serve "
                     "LLM's app with Ragline's one-process engine); the others need ragline's prompts, so it always "
                     "runs")
+    ap.add_argument("--ragline-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for Ragline's side alone (repeatable), e.g. "
+                    "serve.generator.vllm.one_process=false")
     ap.add_argument("--port", type=int, default=8767, help="Serve's HTTP port (vllm serve listens on the next one)")
     ap.add_argument("--work", default="/tmp/ceiling-bench", help="where vllm serve's log goes")
     ap.add_argument("--out", type=Path, default=None, help="results file (default: benchmarks/results/, and the "
@@ -297,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
             runs[side].append(bench.run_side(side))
     gen = bench.gen
     result: dict[str, Any] = {
-        "date": dt.date.today().isoformat(), "command": "python benchmarks/ceiling_bench.py", "model": gen.model,
+        "date": dt.date.today().isoformat(), "model": gen.model, "command": " ".join(
+            ["python benchmarks/ceiling_bench.py", *(f"--ragline-set {o}" for o in args.ragline_set)]),
         "dtype": bench.dtype, "max_tokens": args.max_tokens, "repeats": args.repeats, "clients": list(CLIENTS),
+        "ragline_overrides": args.ragline_set,
         "cpus": psutil.cpu_count(), "engine": {"max_model_len": gen.context_len, "max_num_seqs": gen.vllm.max_num_seqs,
                                                "enforce_eager": gen.vllm.enforce_eager, **engine_env(gen)},
         "versions": {m: __import__(m).__version__ for m in ("vllm", "ray")},
