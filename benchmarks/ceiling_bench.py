@@ -303,7 +303,6 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.date.today().isoformat(), "model": gen.model, "command": " ".join(
             ["python benchmarks/ceiling_bench.py", *(f"--ragline-set {o}" for o in args.ragline_set)]),
         "dtype": bench.dtype, "max_tokens": args.max_tokens, "repeats": args.repeats, "clients": list(CLIENTS),
-        "ragline_overrides": args.ragline_set,
         "cpus": psutil.cpu_count(), "engine": {"max_model_len": gen.context_len, "max_num_seqs": gen.vllm.max_num_seqs,
                                                "enforce_eager": gen.vllm.enforce_eager, **engine_env(gen)},
         "versions": {m: __import__(m).__version__ for m in ("vllm", "ray")},
