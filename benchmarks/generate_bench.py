@@ -142,15 +142,13 @@ class RawVLLM:
     """The LLM application by handle, as the Generator calls it, with no retrieval around it."""
 
     def __init__(self, prompts: list[list[Message]], max_tokens: int):
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest
-
         self.handle = serve.get_app_handle("ragline-llm").options(stream=True)
-        self.requests = [ChatCompletionRequest(messages=p, max_tokens=max_tokens, temperature=0.0, stream=True,
-                                               stream_options={"include_usage": True}) for p in prompts]
+        self.requests = [{"messages": p, "max_tokens": max_tokens, "temperature": 0.0, "stream": True,
+                          "stream_options": {"include_usage": True}} for p in prompts]
 
     async def __call__(self, i: int) -> tuple[float, int]:
         t0, ttft, n = time.perf_counter(), None, 0
-        async for batch in self.handle.chat.remote(self.requests[i % len(self.requests)]):
+        async for batch in self.handle.chat_sse.remote(self.requests[i % len(self.requests)]):
             for item in batch:
                 data = item.removeprefix("data: ").strip()
                 if data == "[DONE]":

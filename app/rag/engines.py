@@ -151,25 +151,20 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
         return str(await self.handle().computes.remote())
 
     async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
-        from ray.serve.llm.openai_api_models import ChatCompletionRequest
-
-        request = ChatCompletionRequest.model_validate({
-            "messages": messages, "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
-            "top_p": sampling.top_p, "stop": list(sampling.stop) or None, "stream": True,
-            "stream_options": {"include_usage": True}})
-        # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n") or error objects.
-        batches = self.handle().options(stream=True).chat.remote(request)
+        request = {"messages": messages, "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
+                   "top_p": sampling.top_p, "stop": list(sampling.stop) or None, "stream": True,
+                   "stream_options": {"include_usage": True}}
+        # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n"), errors among them.
+        batches = self.handle().options(stream=True).chat_sse.remote(request)
         finish, prompt_tokens, completion_tokens, model = "stop", 0, 0, self.model
         try:
             async for batch in batches:
                 for item in batch:
-                    if not isinstance(item, str):  # vLLM's ErrorResponse, before any token
-                        raise llm_error(item.error.code, item.error.message)
                     data = item.removeprefix("data: ").strip()
                     if data == "[DONE]":
                         continue
                     chunk = json.loads(data)
-                    if error := chunk.get("error"):  # the same, mid-stream
+                    if error := chunk.get("error"):  # refused before any token, or failed mid-stream
                         raise llm_error(int(error.get("code") or 500), str(error.get("message")))
                     model = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
                     for choice in chunk["choices"]:

@@ -3,6 +3,10 @@ the Generator reads the LLM's streamed chunks (against a fake handle; the real o
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,7 +16,7 @@ from app.errors import Unavailable, UserError
 from app.rag.engines import Sampling, ServeLLMEngine
 from app.rag.protocol import Delta, Finished
 from app.storage import Storage
-from deployments.llm import llm_config
+from deployments.llm import SERVER, LLMArgs, build_llm_app, llm_config
 
 
 @pytest.mark.parametrize(("override", "field"), [
@@ -84,6 +88,45 @@ def test_llm_config_on_cpu_and_gpu():
     assert not gpu.runtime_env
 
 
+def deployed(app):
+    """(options, bundles, strategy, actor options, init kwargs) of an application's one deployment."""
+    d = app._bound_deployment
+    r = d._replica_config
+    return (d._deployment_config, r.placement_group_bundles, r.placement_group_strategy, r.ray_actor_options,
+            r.init_kwargs)
+
+
+@pytest.mark.parametrize("overrides", [[], ["serve.generator.vllm.device=gpu", "serve.generator.vllm.cpus=2",
+                                            "serve.generator.vllm.tensor_parallel_size=2"]])
+def test_the_llm_deployment_is_ray_serve_llms_own_built_without_vllm(tmp_path, monkeypatch, overrides):
+    from ray.serve._private.replica import _load_deployment_def_from_import_path
+    from ray.serve.llm import build_llm_deployment
+
+    from deployments.llm_server import RaglineLLMServer
+
+    # the build task's runtime env, which both pass on to the replica (the real one needs Ray)
+    context = type("Context", (), {"runtime_env": {"env_vars": {"APP": "1"}}})
+    monkeypatch.setattr("ray.get_runtime_context", lambda: context())
+    ours = build_llm_app(LLMArgs(storage=str(tmp_path), overrides=overrides))
+    # the replica imports the class (and vLLM) from its import path; the builder does not
+    assert ours._bound_deployment.func_or_class == SERVER
+    assert _load_deployment_def_from_import_path(SERVER) is RaglineLLMServer
+    kwargs = dict(deployed(ours)[4])
+    theirs = build_llm_deployment(kwargs.pop("llm_config"), deployment_cls=RaglineLLMServer, bind_kwargs=kwargs,
+                                  override_serve_options={"name": "LLM", "max_surge_percent": 100})
+    assert deployed(ours) == deployed(theirs)
+
+
+def test_only_the_llm_replica_imports_vllm():
+    """Serve's build task (a new process at every deploy and model swap) imports both builders, and the Generator's
+    replica its engine: importing vLLM takes 7-25 s on 2 cores, so only the LLM's replica does."""
+    code = ("import sys, deployments.graph, deployments.llm, app.rag.engines; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
+
+
 def test_serve_config_fills_both_applications_once(tmp_path):
     storage = Storage(str(tmp_path / "s"))
     keys = tmp_path / "keys"
@@ -114,7 +157,7 @@ def test_the_llm_application_is_left_out_for_other_engines(tmp_path):
 
 
 class FakeStream:
-    """What `handle.options(stream=True).chat.remote(request)` returns: an async iterator with cancel()."""
+    """What `handle.options(stream=True).chat_sse.remote(request)` returns: an async iterator with cancel()."""
 
     def __init__(self, batches):
         self.batches, self.cancelled = batches, False
@@ -139,7 +182,7 @@ class FakeHandle:
         return self
 
     @property
-    def chat(self):
+    def chat_sse(self):
         return self
 
     def remote(self, request):
@@ -180,8 +223,9 @@ def test_stream_reads_batched_sse_chunks_and_passes_sampling_through():
     assert pieces == [Delta("Zebras"), Delta(" cross"), Delta(" in July"),
                       Finished(finish_reason="stop", prompt_tokens=90, completion_tokens=3, model="m")]
     [req] = handle.requests
-    assert (req.max_tokens, req.temperature, req.top_p, req.stop, req.stream) == (7, 0.3, 0.8, ["\n\n"], True)
-    assert req.stream_options.include_usage and stream.cancelled  # cancel() is harmless once the stream ended
+    assert (req["max_tokens"], req["temperature"], req["top_p"], req["stop"], req["stream"]) == (7, 0.3, 0.8,
+                                                                                             ["\n\n"], True)
+    assert req["stream_options"]["include_usage"] and stream.cancelled  # cancel() is harmless once it ended
 
 
 def test_closing_the_stream_early_cancels_the_llm_call():
@@ -197,14 +241,32 @@ def llm_error_response(code: int, message: str):
     return ErrorResponse.model_validate({"error": {"message": message, "type": "x", "code": code}})
 
 
+def llm_refusal(code: int, message: str) -> str:
+    """What the LLM replica's `chat_sse` streams for a request vLLM refused before any token."""
+    from deployments.llm_server import RaglineLLMServer
+
+    async def chat(request):
+        assert request.max_tokens == 8  # validated into vLLM's request there
+
+        async def batches():
+            yield [llm_error_response(code, message)]
+        return batches()
+
+    async def run():
+        body = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 8}
+        return [b async for b in RaglineLLMServer.chat_sse(SimpleNamespace(chat=chat), body)]
+    [[item]] = asyncio.run(run())
+    return item
+
+
 def test_a_4xx_from_the_llm_is_the_callers_mistake():
-    engine, _ = engine_with(FakeStream([[llm_error_response(400, "maximum context length is 2048 tokens")]]))
+    engine, _ = engine_with(FakeStream([[llm_refusal(400, "maximum context length is 2048 tokens")]]))
     with pytest.raises(UserError, match="maximum context length"):
         asyncio.run(collect(engine, Sampling(8, 0.0, 1.0)))
 
 
 @pytest.mark.parametrize("stream", [
-    [[llm_error_response(500, "EngineCore encountered an issue")]],  # refused before any token
+    [[llm_refusal(500, "EngineCore encountered an issue")]],  # refused before any token
     [[chunk("a")], ['data: {"error": {"message": "EngineDeadError", "type": "InternalServerError", "code": 500}}'
                     "\n\n"]],  # the engine died mid-answer
 ], ids=["before", "mid-stream"])
