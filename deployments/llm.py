@@ -59,7 +59,7 @@ class FilesAreLocal(CallbackBase):
 
 
 def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
-    """What `build_llm_deployment` needs; `model_source` is filled in by the replica (`RaglineLLMServer`)."""
+    """Ray Serve LLM's config of the engine; `model_source` is filled in by the replica (`RaglineLLMServer`)."""
     vllm = gen.vllm
     engine_kwargs: dict[str, object] = {
         "dtype": vllm.dtype, "enforce_eager": vllm.enforce_eager, "max_model_len": gen.context_len,

@@ -556,13 +556,12 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
                  "serve.generator.max_new_tokens=40"]
     schema = serving.load_serve_config(None, storage, None, overrides, deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
     schema.http_options.port = int(served.url.rsplit(":", 1)[1])
-    serving.deploy(schema, timeout_s=600)
-    llm = serve.get_app_handle("ragline-llm")
-    assert llm.served.remote().result() == f"sft:v{first}"
+    serving.submit(schema)
 
     questions = _question_set(tmp_path / "qs.jsonl", n=1)
-    # half a CPU: the graph keeps its reservations on this 2-core cluster while the job trains; one example, so
-    # 30 epochs of one step each
+    # Trained while both applications roll over to catalog:sft. Half a CPU: the graph keeps its reservations on
+    # this 2-core cluster (and the LLM two bundles while its new replica starts); one example, so 30 epochs of one
+    # step each.
     job = with_serving(TrainJobConfig.model_validate({
         "task": "sft", "name": "sft-taught", "model": tiny_lm_vllm, "num_workers": 1, "cpus_per_worker": 0.5,
         "batch_size": 1, "epochs": 30, "max_steps": 30, "lr": 5e-3, "sft": {
@@ -571,6 +570,9 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     record = run_training(job, storage)
     assert record["state"] == "succeeded", record
     second = int(record["model"]["version"])
+    serving.wait_running([a.name for a in schema.applications], 600)
+    llm = serve.get_app_handle("ragline-llm")
+    assert llm.served.remote().result() == f"sft:v{first}"
 
     graph = replicas("ragline")
     answers: list[tuple[int, str]] = []  # (status, the generator version that answered)
