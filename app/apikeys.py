@@ -28,9 +28,12 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import pyarrow.fs as pafs
 
 from app import envs
 from app.collections import check_name
@@ -271,27 +274,56 @@ def load(storage: Storage, keys_file: str | None = None, create: bool = True) ->
     return keys, where, new
 
 
+@dataclass(frozen=True)
+class KeySource:
+    """The key file a ring follows: a local file (`storage` None), or the key file of a root on an object store,
+    which a ring looks at from a thread of its own (a stat there is a network round trip, not for a request's
+    path). A file is taken to have changed when its modification time or size has: S3 keeps the time to the
+    second, so two edits of one size within a second are seen as one."""
+
+    path: str
+    storage: Storage | None = None
+
+    def stamp(self) -> tuple[int, int]:
+        if self.storage is None:
+            st = os.stat(self.path)
+            return st.st_mtime_ns, st.st_size
+        info = self.storage.fs.get_file_info(self.path)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"API key file {self.path} does not exist")
+        return int(info.mtime_ns or 0), int(info.size or 0)
+
+    def read(self) -> list[Entry]:
+        if self.storage is None:
+            return _read_file(self.path)
+        entries = parse(self.storage.read_bytes(KEY_FILE).decode("utf-8"), self.path)
+        if not entries:
+            raise UserError(f"API key file {self.path} holds no key")
+        return entries
+
+
 class KeyRing:
-    """The digests of the accepted keys with their scopes. With a local key file, the file is read again when it
-    changes (looked at once a second at most), so keys are added and revoked without a restart; a file edited
+    """The digests of the accepted keys with their scopes. With a key file (`source`), the file is read again when
+    it changes (looked at once a second at most), so keys are added and revoked without a restart; a file edited
     into an invalid state keeps the keys it held before, and says why in the log."""
 
-    def __init__(self, callers: list[Caller], path: str | None = None):
+    def __init__(self, callers: list[Caller], source: KeySource | None = None):
         assert callers, "the API needs at least one key"
         self.callers = callers
-        self.path = path
-        self.mtime = os.stat(path).st_mtime_ns if path else 0
+        self.source = source
+        self.stamp = source.stamp() if source else (0, 0)
         self.checked = time.monotonic()
+        self.looking = False  # a thread is looking at a remote file
 
     @classmethod
-    def of(cls, keys: list[str], path: str | None = None) -> KeyRing:
+    def of(cls, keys: list[str], source: KeySource | None = None) -> KeyRing:
         """Keys with the full scope (taken as given: length is a key file's rule)."""
         digests = [hashlib.sha256(k.encode()).digest() for k in keys]
-        return cls([Caller(key_id(d), d, FULL) for d in digests], path)
+        return cls([Caller(key_id(d), d, FULL) for d in digests], source)
 
     @classmethod
-    def of_entries(cls, entries: list[Entry], path: str | None = None) -> KeyRing:
-        return cls([e.caller() for e in entries], path)
+    def of_entries(cls, entries: list[Entry], source: KeySource | None = None) -> KeyRing:
+        return cls([e.caller() for e in entries], source)
 
     def matches(self, presented: str) -> bool:
         return self.identify(presented) is not None
@@ -299,7 +331,7 @@ class KeyRing:
     def identify(self, presented: str) -> Caller | None:
         """The caller whose key `presented` is, else None. Constant time in the presented key: every digest is
         compared, with no early exit."""
-        self._reload()
+        self._due()
         h = hashlib.sha256(presented.encode()).digest()
         found: Caller | None = None
         for c in self.callers:
@@ -307,18 +339,29 @@ class KeyRing:
                 found = c
         return found
 
-    def _reload(self) -> None:
-        if self.path is None or time.monotonic() - self.checked < RELOAD_EVERY_S:
+    def _due(self) -> None:
+        if self.source is None or self.looking or time.monotonic() - self.checked < RELOAD_EVERY_S:
             return
         self.checked = time.monotonic()
+        if self.source.storage is None:
+            self._reload()
+        else:
+            self.looking = True
+            threading.Thread(target=self._reload, name="ragline-keys", daemon=True).start()
+
+    def _reload(self) -> None:
+        assert self.source is not None
         try:
-            mtime = os.stat(self.path).st_mtime_ns
-            if mtime != self.mtime:
-                self.callers = [e.caller() for e in _read_file(self.path)]
-                self.mtime = mtime
-                log.info("API keys reloaded from %s (%d keys)", self.path, len(self.callers))
+            stamp = self.source.stamp()
+            if stamp != self.stamp:
+                self.callers = [e.caller() for e in self.source.read()]
+                self.stamp = stamp
+                log.info("API keys reloaded from %s (%d keys)", self.source.path, len(self.callers))
         except (OSError, ValueError) as e:  # the file is mid-edit or broken: keep serving with the keys we had
-            log.warning("API key file %s not reloaded, keeping %d keys: %s", self.path, len(self.callers), e)
+            log.warning("API key file %s not reloaded, keeping %d keys: %s", self.source.path, len(self.callers), e)
+        finally:
+            self.looking = False
+            self.checked = time.monotonic()
 
 
 def ring(storage: Storage, keys_file: str | None = None) -> tuple[KeyRing, str]:
@@ -327,7 +370,7 @@ def ring(storage: Storage, keys_file: str | None = None) -> tuple[KeyRing, str]:
     if envs.RAGLINE_API_KEY_HASHES and not keys_file:
         return KeyRing.of_entries(parse_hashes(envs.RAGLINE_API_KEY_HASHES)), "RAGLINE_API_KEY_HASHES"
     entries, where, _ = load_entries(storage, keys_file)
-    path: str | None = None if where == "RAGLINE_API_KEYS" else where
+    source: KeySource | None = None if where == "RAGLINE_API_KEYS" else KeySource(where)
     if where == storage.path(KEY_FILE):
-        path = str(storage.local_path(KEY_FILE)) if storage.is_local else None
-    return KeyRing.of_entries(entries, path), where
+        source = KeySource(str(storage.local_path(KEY_FILE))) if storage.is_local else KeySource(where, storage)
+    return KeyRing.of_entries(entries, source), where

@@ -20,6 +20,9 @@ RAGLINE_API_KEYS_FILE: str = os.environ.get("RAGLINE_API_KEYS_FILE", "")
 #: SHA-256 digests of the API keys with their scopes (`sha256:<hex> collections=a,b admin`, entries separated by `;`;
 #: comma-separated hex digests are full-scope keys): how `ragline serve` sends keys to replicas elsewhere.
 RAGLINE_API_KEY_HASHES: str = os.environ.get("RAGLINE_API_KEY_HASHES", "")
+#: MLflow's own variable: where training, eval and adapt runs are tracked when no `mlflow_tracking_uri` is
+#: configured. Unset: a file store under a local storage root (a remote root needs one or the other).
+MLFLOW_TRACKING_URI: str = os.environ.get("MLFLOW_TRACKING_URI", "")
 #: Local cache for converted models. Default: ~/.cache/ragline
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
 #: Caps what `app.hardware` reports of the CPU (avx2, avx512, ...): take an AVX2 machine's choices on a faster one.

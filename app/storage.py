@@ -21,6 +21,8 @@ import pyarrow.fs as pafs
 
 from app.errors import UserError
 
+PIECE = 16 << 20  # bytes read at once where a file is read in pieces: a request each on an object store
+
 
 class Storage:
     """A storage root. Picklable (holds only its URI), so it can travel to Ray workers."""
@@ -83,7 +85,9 @@ class Storage:
         )
 
     def read_bytes(self, rel: str) -> bytes:
-        with self.fs.open_input_stream(self.path(rel)) as f:
+        # A file, not a stream: one read of a file is one request to an object store, where a stream's read()
+        # takes the object in a request per piece (86 MB in 21.9 s against 0.2 s from moto's server).
+        with self.fs.open_input_file(self.path(rel)) as f:
             return bytes(f.read())
 
     def write_bytes(self, rel: str, data: bytes, atomic: bool = True) -> None:
@@ -100,6 +104,13 @@ class Storage:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        """Copy a stored file within the root: on an object store the store copies it (S3's CopyObject), no byte
+        passes through this process."""
+        if self.is_local:
+            self.makedirs(os.path.dirname(dest))
+        self.fs.copy_file(self.path(src), self.path(dest))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Write `rel` only if it does not exist yet; False if it did. Atomic on local storage (a hard link
@@ -135,11 +146,12 @@ class Storage:
             self.fs.delete_dir(self.path(rel))
 
     def file_digest(self, rel: str) -> tuple[int, str]:
-        """(size in bytes, sha256 hex) of a stored file, streamed in 1 MiB pieces."""
+        """(size in bytes, sha256 hex) of a stored file, read in 16 MiB pieces (a request each on an object
+        store)."""
         h = hashlib.sha256()
         size = 0
-        with self.fs.open_input_stream(self.path(rel)) as f:
-            while piece := f.read(1 << 20):
+        with self.fs.open_input_file(self.path(rel)) as f:
+            while piece := f.read(PIECE):
                 h.update(piece)
                 size += len(piece)
         return size, h.hexdigest()

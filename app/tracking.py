@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from app import envs
 from app.errors import UserError
 from app.storage import Storage
 
@@ -15,11 +16,13 @@ EXPERIMENT = "ragline"
 
 
 def tracking_uri(configured: str | None, storage: Storage) -> str:
-    """The configured URI, or a file store under a local storage root."""
-    if configured:
-        return configured
+    """The configured URI, else MLflow's own MLFLOW_TRACKING_URI, else a file store under a local storage root
+    (MLflow keeps no file store on an object store)."""
+    if configured or envs.MLFLOW_TRACKING_URI:
+        return configured or envs.MLFLOW_TRACKING_URI
     if not storage.is_local:
-        raise UserError("mlflow_tracking_uri is needed when the storage root is not a local path")
+        raise UserError(f"runs cannot be tracked under {storage.uri}: MLflow's file store needs a local path; set "
+                        "train.mlflow_tracking_uri or MLFLOW_TRACKING_URI (a tracking server, or file:///a/local/dir)")
     return storage.local_path("mlruns").as_uri()
 
 

@@ -102,7 +102,11 @@ def s3_bucket() -> Iterator[S3Server]:
 def ray_cluster(s3_bucket):
     # address="local": always a fresh cluster of our own, even if a `ray start` one runs on this machine
     # metrics exported every 2 s rather than Ray's 10: the vLLM tests read the engine's metrics where Prometheus does
+    # Ray Train's controller looks at its workers every 0.5 s rather than 2: every state of a run (workers started,
+    # loop finished) waits for that look, about 1 s of a tiny run's 25 on average, and the session trains ~16 runs
     from app.raycluster import init_local
+
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"  # read by the driver, passed on to the controller
 
     init_local(num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
                _system_config={"metrics_report_interval_ms": 2000})
@@ -142,21 +146,25 @@ def tiny_lm_vllm(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
+def served(ray_cluster, s3_bucket, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
     """The Serve graph with the packaged models and vLLM on the session's Ray, deployed once for the browser and
-    serve tests (which `run_order` runs last, the browser's first), over a store with: the fixture corpus and a
+    serve tests (which `run_order` runs last, the browser's first), over a store on S3 (`s3_bucket`: every replica
+    reads its index, keys and models from the bucket; MLflow tracks into `tmp/mlruns` and the audit log goes to
+    `tmp/audit`, as a user of a remote root configures them) with: the fixture corpus and a
     two-page PDF ingested through the IngestService (index version 1; Operate lists the run), the `hr` collection
     (tests/helpers.py `write_hr_corpus`, its own index version 1) and one SFT version of
     the tiny Llama (`sft` v1, unpromoted; Operate plots its run). Tests may add to it (an index version, a promoted
     model) and say so in their docstrings; the last serve tests change what is served (a promoted generator, a
     killed engine)."""
-    from app import apikeys, collections, serving
+    from app import apikeys, collections, envs, serving
     from app.config import load_config
     from app.services.ingest import get_or_start as ingest_service
     from app.storage import Storage
 
     tmp = tmp_path_factory.mktemp("served")
-    storage = Storage(str(tmp / "store"))
+    storage = Storage(s3_bucket.fresh_uri("served"))
+    tracking = pytest.MonkeyPatch()
+    tracking.setattr(envs, "MLFLOW_TRACKING_URI", (tmp / "mlruns").as_uri())
     write_corpus(tmp / "corpus")
     (tmp / "corpus" / "lighthouses.pdf").write_bytes(lighthouses_pdf())  # a PDF whose pages the console shows
     cfg = load_config(None, ["ingest.read.max_error_fraction=0.5", "ingest.embed.concurrency=1"])
@@ -172,14 +180,15 @@ def served(ray_cluster, tmp_path_factory, tiny_lm_vllm) -> Iterator[Served]:
         assert run["state"] == "succeeded", run
         ray.kill(service)
     run_id = runs[0]
-    schema = serving.load_serve_config(None, storage, None, GRAPH_OVERRIDES,
-                                       deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
+    overrides = [*GRAPH_OVERRIDES, f"serve.api.audit_dir={tmp / 'audit'}"]
+    schema = serving.load_serve_config(None, storage, None, overrides, deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
     schema.http_options.port = free_port()
     # trained while the graph starts (most of a start is importing vLLM): the graph reserves 0.75 CPU of the 2, the
     # training worker 1 and its tokenizing actor 0.25
     serving.submit(schema)
     sft = train_sft(storage, tiny_lm_vllm, "graph-sft")
     serving.wait_running([a.name for a in schema.applications], 600)
-    yield Served(url=serving.url_of(schema), key=apikeys.load(storage)[0][0], storage=storage, cfg=cfg, tmp=tmp,
-                 sft=sft, ingest_run=run_id)
+    yield Served(url=serving.url_of(schema), key=apikeys.load(storage)[0][0], storage=storage, cfg=cfg,
+                 overrides=overrides, tmp=tmp, sft=sft, ingest_run=run_id)
     serve.shutdown()
+    tracking.undo()

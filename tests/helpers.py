@@ -43,9 +43,10 @@ GRAPH_OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[
 class Served:
     url: str
     key: str  # the store's first API key
-    storage: Storage
+    storage: Storage  # on the session's S3 server
     cfg: AppConfig  # the config the corpus was ingested with
-    tmp: Path  # the fixture's directory: corpus/, store/
+    overrides: list[str]  # the graph's config overrides (a redeploy extends them)
+    tmp: Path  # the fixture's directory: corpus/, hr/, mlruns/, audit/
     sft: int  # the SFT version trained before deploying (unpromoted)
     ingest_run: str  # the IngestService run that published index version 1
 

@@ -1,5 +1,5 @@
 """A real S3-protocol server on loopback for the s3:// storage tests: moto's standalone server (werkzeug, in a
-thread of the test process), one bucket, and the environment that points every S3 client at it.
+process of its own), one bucket, and the environment that points every S3 client at it.
 
 How a client finds it: pyarrow 26's `FileSystem.from_uri("s3://bucket/...")` (what `Storage`, the ingest inputs
 and Ray Train's `storage_path` use) honours `AWS_ENDPOINT_URL` and `AWS_ENDPOINT_URL_S3` (the AWS SDK's own
@@ -12,14 +12,18 @@ but Ragline builds child URIs by appending paths to a root URI (`f"{uri}/eval/..
 Child processes inherit the environment as it is when they start: a subprocess, or a Ray cluster started by
 `ray.init` after `S3Server.env` is in `os.environ` (raylet and workers inherit the driver's environment at
 start), reaches the server; a Ray cluster already running does not — give its jobs
-`runtime_env={"env_vars": server.env}` instead. The server lives in the test process: it stops with it.
+`runtime_env={"env_vars": server.env}` instead. The server is a child of the test process, stopped when the test
+session ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,23 +80,38 @@ def server_env(endpoint: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def s3_server(bucket: str = BUCKET) -> Iterator[S3Server]:
-    """Start moto's server on 127.0.0.1 (a free port), create `bucket`; stop the server after.
+    """Start moto's server on 127.0.0.1 (a free port) in a process of its own, create `bucket`; stop the server
+    after. A process, as a real store would be: in a thread of the test process, its request handling (the served
+    graph's replicas poll the catalog and key file several times a second) took the test's own GIL."""
+    for _ in range(3):  # the port is free when chosen, and could be taken before the server binds it
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            endpoint = f"http://127.0.0.1:{port}"
+            s3 = S3Server(endpoint=endpoint, bucket=bucket, env=server_env(endpoint))
+            if _serving(s3, proc):
+                s3.client().create_bucket(Bucket=bucket)
+                yield s3
+                return
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    raise RuntimeError("moto's S3 server did not start")
 
-    moto keeps its state in module globals of the process, so two servers in one process share their buckets:
-    start one per test session and give each test its own prefix (`S3Server.fresh_uri`)."""
-    from moto.server import ThreadedMotoServer
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a log line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = S3Server(endpoint=endpoint, bucket=bucket, env=server_env(endpoint))
-        s3.client().create_bucket(Bucket=bucket)
-        yield s3
-    finally:
-        server.stop()
+def _serving(s3: S3Server, proc: subprocess.Popen, timeout_s: float = 60) -> bool:
+    """Whether the server answers within `timeout_s` (False: it exited, e.g. its port was taken)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", int(s3.endpoint.rsplit(":", 1)[1])), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
 
 
 @contextlib.contextmanager

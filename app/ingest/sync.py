@@ -26,6 +26,7 @@ import pyarrow.fs as pafs
 from pydantic import BaseModel
 
 from app.ingest.inputs import Inputs
+from app.storage import PIECE
 
 ATTACHMENT = "#attachment/"
 
@@ -37,8 +38,8 @@ def file_of(source: str) -> str:
 
 def file_sha256(fs: pafs.FileSystem, path: str) -> str:
     h = hashlib.sha256()
-    with fs.open_input_stream(path) as f:
-        while piece := f.read(1 << 20):
+    with fs.open_input_file(path) as f:  # a file: one request per piece on an object store (`Storage.read_bytes`)
+        while piece := f.read(PIECE):
             h.update(piece)
     return h.hexdigest()
 

@@ -195,8 +195,9 @@ class TrainJobConfig(ConfigBase):
     keep_checkpoints: int = Field(default=2, ge=1, description="Newest checkpoints kept in storage.")
     max_failures: int = Field(default=0, ge=-1, description="Worker failures the run survives, resuming from the "
                               "latest checkpoint (-1: unlimited).")
-    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow tracking URI. None: a file store "
-                                            "under the storage root (local storage only; give one for s3/gs).")
+    mlflow_tracking_uri: str | None = Field(default=None, description="MLflow tracking URI. None: "
+                                            "MLFLOW_TRACKING_URI, else a file store under a local storage root (an "
+                                            "s3/gs root needs one or the other).")
     peak_flops_per_worker: float | None = Field(default=None, gt=0, description="Peak FLOP/s of one worker's "
                                                 "device, for MFU. None: looked up for known GPUs; unknown on CPU.")
     chaos_fail_at_step: int | None = Field(default=None, ge=1, description="Testing fault tolerance: the last "

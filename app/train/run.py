@@ -174,7 +174,7 @@ def register(storage: Storage, cfg: TrainJobConfig, run: str, export_dir: str, m
     catalog = Catalog(storage)
     rel = f"models/{cfg.catalog_name}/files-{uuid.uuid4().hex[:12]}"
     for f in storage.list_files(export_dir):
-        storage.write_bytes(f"{rel}/{f[len(export_dir) + 1:]}", storage.read_bytes(f), atomic=False)
+        storage.copy_file(f, f"{rel}/{f[len(export_dir) + 1:]}")
     manifest = catalog.publish_model(cfg.catalog_name, {
         "task": cfg.task, "run": run, "base_model": cfg.model_name, "dir": rel,
         "metrics": {k: v for k, v in metrics.items() if isinstance(v, int | float)},

@@ -92,7 +92,7 @@ def test_two_collections_one_graph_a_scoped_key_and_filters_in_every_mode(served
     assert set(ready["collections"]) == {"hr"}, ready  # default is loaded too, and not named to this key
 
     # the audit log: this key's requests by its id, the chunks they returned, never the key
-    audit = "".join(p.read_text() for p in served.storage.local_path("audit").glob("audit-*.jsonl"))
+    audit = "".join(p.read_text() for p in (served.tmp / "audit").glob("audit-*.jsonl"))
     assert created["key"] not in audit
     mine = [json.loads(line) for line in audit.splitlines() if created["key_id"] in line]
     assert {(d["route"], d["collection"]) for d in mine} >= {("/v1/retrieve", "hr"), ("/v1/chunks/" + zebra,

@@ -26,7 +26,7 @@ from app.catalog import Catalog
 from app.config import load_config
 from app.indexing import run_ingest
 from app.models.cross_encoder import rerank_order
-from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, GRAPH_OVERRIDES, PLANTED, ROOT
+from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, PLANTED, ROOT
 
 QUESTION = "When do zebras cross the Mara river?"
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
@@ -279,6 +279,7 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     from sentence_transformers import CrossEncoder
 
     from app.catalog import Catalog
+    from app.models import trained
     from app.train.config import TrainJobConfig
     from app.train.run import run_training
 
@@ -290,8 +291,8 @@ def test_a_trained_reranker_is_served_once_promoted_without_a_restart(served):
     record = run_training(cfg, storage)
     assert record["state"] == "succeeded" and record["model"] == {"name": "reranker", "version": 1}
     catalog = Catalog(storage)
-    model_dir = storage.local_path(catalog.get_model("reranker", 1).dir)
-    scores = CrossEncoder(str(model_dir)).predict([("zebra migration", PLANTED), ("zebra migration", OKAPI)])
+    model_dir = trained.local_dir(catalog.get_model("reranker", 1), storage)  # mirrored from the bucket
+    scores = CrossEncoder(model_dir).predict([("zebra migration", PLANTED), ("zebra migration", OKAPI)])
     assert len(scores) == 2  # the export loads as a CrossEncoder
 
     def rerank() -> dict:
@@ -552,7 +553,7 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     storage, catalog, first = served.storage, Catalog(served.storage), served.sft
     catalog.promote("sft", first)
     # the tiny Llama's window is 512 positions: vLLM refuses a longer max_model_len
-    overrides = [*GRAPH_OVERRIDES, "serve.generator.model=catalog:sft", "serve.generator.max_context_tokens=512",
+    overrides = [*served.overrides, "serve.generator.model=catalog:sft", "serve.generator.max_context_tokens=512",
                  "serve.generator.max_new_tokens=40"]
     schema = serving.load_serve_config(None, storage, None, overrides, deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
     schema.http_options.port = int(served.url.rsplit(":", 1)[1])

@@ -9,13 +9,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
 
+from app import apikeys, envs, tracking
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
-from app.errors import NotFound
+from app.errors import NotFound, UserError
 from app.ingest.inputs import expand
 from app.storage import Storage
 from tests.s3server import S3Server
@@ -56,6 +58,8 @@ def test_bytes_json_and_digests(s3):
     assert s3.read_bytes("a/b/c.bin") == b"\x00\x01" * 1000
     s3.write_bytes("a/b/c.bin", b"again")  # overwrite: a PUT replaces the object
     assert s3.read_bytes("a/b/c.bin") == b"again"
+    s3.copy_file("a/b/c.bin", "copies/c.bin")  # the server copies (how a trained model's files are registered)
+    assert s3.read_bytes("copies/c.bin") == b"again"
     s3.write_json("a/d.json", {"x": [1, 2], "y": "z"})
     assert s3.read_json("a/d.json") == {"x": [1, 2], "y": "z"}
     assert s3.file_digest("a/b/c.bin") == (5, hashlib.sha256(b"again").hexdigest())
@@ -270,3 +274,44 @@ def test_download_dir_is_whole_or_absent(s3, tmp_path, monkeypatch):
     empty = tmp_path / "cache" / "empty"
     empty.mkdir()
     assert sorted(p.name for p in s3.download_dir("idx/9", empty).iterdir()) == ["a.bin", "b.bin", "c.bin"]
+
+
+def test_a_key_ring_follows_the_key_file_of_a_root_on_s3(s3, monkeypatch):
+    """A replica of a graph served from an S3 root takes added and revoked keys without a restart, as from a local
+    root; the bucket is looked at from a thread, so a request never waits on it."""
+    (first,), where, generated = apikeys.load(s3)
+    assert generated == first and where == s3.path(apikeys.KEY_FILE)
+    ring = apikeys.ring(s3)[0]
+    monkeypatch.setattr(apikeys, "RELOAD_EVERY_S", 0.0)
+    added = apikeys.new_key()
+
+    def until(pred) -> None:
+        deadline = time.monotonic() + 10
+        while not pred():
+            assert time.monotonic() < deadline, "the ring did not follow the key file"
+            time.sleep(0.05)
+
+    s3.write_bytes(apikeys.KEY_FILE, f"{first}\n{added} collections=hr\n".encode())
+    until(lambda: ring.matches(added))
+    assert ring.identify(added).scope.collections == {"hr"}
+    s3.write_bytes(apikeys.KEY_FILE, f"{added}\n".encode())  # the first key revoked
+    until(lambda: not ring.matches(first))
+    s3.write_bytes(apikeys.KEY_FILE, b"# mid-edit\n")  # a file with no key: the ring keeps the keys it had
+    time.sleep(0.5)
+    assert ring.matches(added) and not ring.matches(first)
+    s3.fs.delete_file(s3.path(apikeys.KEY_FILE))
+    time.sleep(0.5)
+    assert ring.matches(added)
+    until(lambda: not ring.looking)
+
+
+def test_runs_of_a_root_on_s3_are_tracked_where_mlflow_is_told(s3, tmp_path, monkeypatch):
+    """MLflow keeps no file store on an object store: a run there needs a tracking URI, from the job's config or
+    MLflow's own MLFLOW_TRACKING_URI, and is refused before it starts, saying so, without either."""
+    monkeypatch.setattr(envs, "MLFLOW_TRACKING_URI", "")
+    with pytest.raises(UserError, match=r"train.mlflow_tracking_uri or MLFLOW_TRACKING_URI"):
+        tracking.tracking_uri(None, s3)
+    monkeypatch.setattr(envs, "MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    assert tracking.tracking_uri(None, s3) == (tmp_path / "mlruns").as_uri()
+    assert tracking.tracking_uri("http://mlflow:5000", s3) == "http://mlflow:5000"  # the config's wins
+    assert tracking.tracking_uri(None, Storage(str(tmp_path / "local"))) == (tmp_path / "mlruns").as_uri()
