@@ -1,8 +1,8 @@
 """Three Ray nodes on one machine (`ray.cluster_utils.Cluster`: a head with no CPUs and two 1-CPU workers), driven
 through the `ragline` CLI as a user would: ingest and re-embedding spread their embedding actors over both
 workers, a two-worker training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a
-worker node killed in the middle of an ingest is survived in-run: the run publishes a complete version, every
-document once.
+worker node killed in the middle of a sync (new documents, an edited one, a deleted file) is survived in-run: the
+run publishes one complete version with every change in it, every document once.
 
 What the kill costs depends on what the node held. An embedding actor there is restarted on another node and its
 block retried. Blocks of the fused read→chunk task there are rebuilt by running that task again; its dedup
@@ -173,18 +173,21 @@ def cluster():
         return
 
 
-def corpus(d: Path, n: int) -> Path:
-    """n distinct one-chunk documents and the planted zebra one, in one jsonl file.
+def corpus(d: Path, first: int, n: int, name: str = "docs.jsonl") -> Path:
+    """Documents first..first+n-1, distinct and one chunk each, in one jsonl file; with first 0, the planted zebra
+    document too and `gone.txt`, a file the sync test deletes.
 
     Ray Data hands the embedding actors whole blocks of up to 512 KiB, and a corpus fills several only past a MB or
     so. So every record carries ~5 KB of metadata (kept in each chunk row, never embedded): 500 short documents
     make about eight blocks, enough for every actor to get some, while costing seconds to embed."""
-    d.mkdir(parents=True)
-    with (d / "docs.jsonl").open("w") as f:
-        for i in range(n):
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / name).open("w") as f:
+        for i in range(first, first + n):
             f.write(json.dumps({"id": f"doc{i}", "text": topic_text(i, words=12), "notes": f"note{i} " * 700})
                     + "\n")
-        f.write(json.dumps({"id": "zebra", "title": "Zebra migration", "text": PLANTED}) + "\n")
+        if first == 0:
+            f.write(json.dumps({"id": "zebra", "title": "Zebra migration", "text": PLANTED}) + "\n")
+            (d / "gone.txt").write_text("Okapis are shy forest giraffids of the Ituri rainforest.")
     return d
 
 
@@ -193,16 +196,24 @@ INGEST = ("--set", "ingest.embed.batch_size=32")
 N_DOCS = 500
 
 
+@pytest.fixture(scope="module")
+def ingested(cluster, tmp_path_factory) -> tuple[Path, Path, dict[str, Any]]:
+    """(store, corpus, report): the corpus of N_DOCS documents, zebra and gone.txt ingested on the cluster. Tests
+    change copies of the store (`shutil.copytree`); only the last changes the corpus."""
+    tmp = tmp_path_factory.mktemp("ingested")
+    data = corpus(tmp / "c", 0, N_DOCS)
+    report = ingest_json(cluster.ragline(tmp / "store", *INGEST, "ingest", str(data), "--in-process", "--json"))
+    return tmp / "store", data, report
+
+
 def ingest_json(done: subprocess.CompletedProcess) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout))
 
 
-def test_ingest_and_re_embedding_spread_embedding_actors_over_both_workers(cluster, tmp_path):
-    n = N_DOCS
-    report = ingest_json(cluster.ragline(tmp_path / "store", *INGEST, "ingest", str(corpus(tmp_path / "c", n)),
-                                         "--in-process", "--json"))
-    assert report["documents"]["kept"] == n + 1 and report["reconciled"]
+def test_ingest_and_re_embedding_spread_embedding_actors_over_both_workers(cluster, ingested, tmp_path):
+    report = ingested[2]
+    assert report["documents"]["kept"] == N_DOCS + 2 and report["reconciled"]
     stages = report["stages"]
     embed = stages["embed"]["rows_by_node"]
     # one actor per worker node (the pool is sized to the 2 free CPUs), and each embedded a share of the chunks
@@ -216,11 +227,12 @@ def test_ingest_and_re_embedding_spread_embedding_actors_over_both_workers(clust
     from app.models import embedder
 
     other = embedder.resolve("all-MiniLM-L6-v2")
+    store = shutil.copytree(ingested[0], tmp_path / "store")
     # two actors: sized to the cores free, the pool could find one still held by the ingest's actors going away
-    built = ingest_json(cluster.ragline(tmp_path / "store", *INGEST, "--set", "ingest.embed.concurrency=2", "index",
-                                        "build", "--embedder", other, "--json"))
+    built = ingest_json(cluster.ragline(store, *INGEST, "--set", "ingest.embed.concurrency=2", "index", "build",
+                                        "--embedder", other, "--json"))
     assert built["embedder"] == other
-    latest = Catalog(Storage(str(tmp_path / "store"))).latest("indexes")
+    latest = Catalog(Storage(str(store))).latest("indexes")
     assert latest is not None and latest.version == built["index_version"]
     done = latest.extra["reembedded"]
     assert done["actors"] == 2 and set(done["rows_by_node"]) == set(cluster.workers), done
@@ -265,17 +277,23 @@ def assert_complete(storage: Storage, doc_ids: set[str]) -> None:
 
 
 @pytest.mark.timeout(1200)
-def test_a_worker_node_killed_mid_ingest_is_survived_in_run(cluster, tmp_path):
-    """Runs last: it replaces one of the cluster's worker nodes."""
-    n = N_DOCS
-    data = corpus(tmp_path / "c", n)
-    store = tmp_path / "store"
-    args = (*INGEST, "ingest", str(data), "--in-process", "--json")
+def test_a_worker_node_killed_mid_sync_is_survived_in_run(cluster, ingested, tmp_path):
+    """A sync that adds N_DOCS documents, edits one and deletes a file loses a worker node while it embeds: the
+    run publishes one complete version, with every change in it and every document once. Runs last: it replaces
+    one of the cluster's worker nodes, and changes the module's corpus."""
+    store, data = shutil.copytree(ingested[0], tmp_path / "store"), ingested[1]
+    segments = store / "datasets" / "segments"
+    before = set(segments.glob("*/*.parquet"))
+    corpus(data, N_DOCS, N_DOCS, "more.jsonl")  # the bulk of the run: new documents to embed
+    (data / "gone.txt").unlink()
+    lines = (data / "docs.jsonl").read_text().splitlines(keepends=True)
+    edited = {"id": "doc1", "text": "Okapis keep to the dense forest of the Ituri and are rarely seen."}
+    (data / "docs.jsonl").write_text("".join([lines[0], json.dumps(edited) + "\n", *lines[2:]]))
+    args = (*INGEST, "ingest", str(data), "--sync", "--in-process", "--json")
     proc = cluster.ragline_bg(store, *args)
     try:
-        # Shards appear as embedded blocks are written: the run is embedding, with most of the corpus still to go.
-        segments = store / "datasets" / "segments"
-        wait_for(lambda: list(segments.glob("*/*.parquet")), 240, "the first embedded shard", proc)
+        # New shards appear as embedded blocks are written: the run is embedding, with most of the change to go.
+        wait_for(lambda: set(segments.glob("*/*.parquet")) - before, 240, "the first embedded shard", proc)
         assert proc.poll() is None, "the run finished before a node could be killed"
         cluster.kill(cluster.workers[0])
         cluster.add()  # a replacement, as an autoscaler would start
@@ -286,17 +304,21 @@ def test_a_worker_node_killed_mid_ingest_is_survived_in_run(cluster, tmp_path):
             proc.wait()
     assert proc.returncode == 0, err[-3000:]
     storage = Storage(str(store))
-    doc_ids = {f"doc{i}" for i in range(n)} | {"zebra"}
+    doc_ids = {f"doc{i}" for i in range(2 * N_DOCS)} | {"zebra"}
     first = json.loads(out)
-    assert first["reconciled"] and first["documents"]["kept"] == n + 1, first["documents"]
+    assert first["files"] == {"new": 1, "changed": 1, "unchanged": 0, "deleted": 1, "readmitted": 0}, first["files"]
+    changes = first["changes"]
+    assert (changes["added"], changes["updated"], changes["removed"]) == (N_DOCS, 1, 1), changes
+    assert first["reconciled"] and changes["live_after"] == len(doc_ids)
     assert first["chunks"] == first["embeddings"]  # and the report asserts both equal the rows written
-    assert_complete(storage, doc_ids)  # 0 lost, 0 duplicated
+    assert_complete(storage, doc_ids)  # 0 lost, 0 duplicated, the deleted file's document gone
 
-    # The re-run finds the file as it was published (size, mtime): nothing is read, nothing new is published.
+    # The re-run finds the files as they were published (size, mtime): nothing is read, nothing new is published.
     again = ingest_json(cluster.ragline(store, *args))
-    assert again["reconciled"] and again["documents"]["read"] == 0 and again["files"]["unchanged"] == 1
+    assert again["reconciled"] and again["documents"]["read"] == 0 and again["files"]["unchanged"] == 2
     assert again["note"] == "nothing new to add: no version published"
     assert_complete(storage, doc_ids)
-    found = cluster.ragline(store, "search", "When do zebras cross the Mara river?", "-k", "3", "--json")
-    assert found.returncode == 0, found.stderr[-3000:]
-    assert json.loads(found.stdout)["hits"][0]["doc_id"] == "zebra"
+    for question, doc in (("When do zebras cross the Mara river?", "zebra"), ("Where do okapis live?", "doc1")):
+        found = cluster.ragline(store, "search", question, "-k", "3", "--json")
+        assert found.returncode == 0, found.stderr[-3000:]
+        assert json.loads(found.stdout)["hits"][0]["doc_id"] == doc
