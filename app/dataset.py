@@ -37,10 +37,12 @@ DOCUMENTS_FILE_SCHEMA = pa.schema([("doc_id", pa.string()), ("source", pa.string
 # A source file as a run last saw it. `status`: read | unreadable (quarantined: its earlier documents were kept) |
 # deleted (gone from a synced tree, or forgotten by `ragline delete --source`). `duplicate_of`: ids of the
 # documents its own were dropped as duplicates of, so that removing those re-reads it. `mtime_ns` 0 where the
-# filesystem gives none.
+# filesystem gives none. `reader`: the `app.ingest.sync.reader_of` of the run that read it (absent in files written
+# before it was kept; null for deleted files).
 SOURCES_FILE_SCHEMA = pa.schema([("source", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
                                  ("sha256", pa.string()), ("status", pa.string()),
-                                 ("duplicate_of", pa.list_(pa.string())), ("run_id", pa.string())])
+                                 ("duplicate_of", pa.list_(pa.string())), ("run_id", pa.string()),
+                                 ("reader", pa.string())])
 # A document of run `run_id` that is not in the corpus from the removing run's version on. `reason`: updated (its
 # file was read again and it is there) | deleted (its file is gone, or it is no longer in its file) | removed
 # (`ragline delete`).

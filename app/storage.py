@@ -19,9 +19,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from app.errors import UserError
+from app.errors import Unavailable, UserError
 
 PIECE = 16 << 20  # bytes read at once where a file is read in pieces: a request each on an object store
+READ_ATTEMPTS = 10  # reads of a file rewritten meanwhile before `read_bytes` gives up
 
 
 class Storage:
@@ -85,10 +86,19 @@ class Storage:
         )
 
     def read_bytes(self, rel: str) -> bytes:
-        # A file, not a stream: one read of a file is one request to an object store, where a stream's read()
-        # takes the object in a request per piece (86 MB in 21.9 s against 0.2 s from moto's server).
-        with self.fs.open_input_file(self.path(rel)) as f:
-            return bytes(f.read())
+        """The file's bytes, all of one version of it. On an object store a read is a HEAD (the size) and a GET of
+        that many bytes, so an object replaced by a longer one in between comes back cut short: the size is looked
+        at again after the read, and the read repeated while it differs (run records and the key file are
+        rewritten while replicas and status calls read them)."""
+        path = self.path(rel)
+        for _ in range(READ_ATTEMPTS):
+            # A file, not a stream: its read() is one GET, where a stream's takes a request per piece (86 MB in
+            # 21.9 s against 0.2 s from moto's server).
+            with self.fs.open_input_file(path) as f:
+                data = bytes(f.read())
+            if self.is_local or self.fs.get_file_info(path).size == len(data):
+                return data
+        raise Unavailable(f"{path} changed during each of {READ_ATTEMPTS} reads")
 
     def write_bytes(self, rel: str, data: bytes, atomic: bool = True) -> None:
         target = self.path(rel)

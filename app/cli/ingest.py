@@ -58,7 +58,8 @@ def ingest(
     directory holding _delta_log is a Delta Lake table: its rows are the documents (ingest.delta names the
     columns).
 
-    Run it again on the same paths to bring the corpus up to date: unchanged files are not read, a changed file's
+    Run it again on the same paths to bring the corpus up to date: unchanged files are not read (unless the
+    chunking, normalisation, OCR or ingest.metadata settings changed: then they are read again), a changed file's
     documents replace its old ones (a file that no longer parses keeps them), and with --sync deleted files take
     their documents with them, in a new dataset and index version. A Delta table is read from the table version it
     was last synced at: only its inserted, updated and deleted rows. With --collection the documents go into that

@@ -42,7 +42,8 @@ def print_ingest_report(report: IngestReportDict) -> None:
     f = report["files"]
     t.add_row("files", f"{f['new']} new, {f['changed']} changed, {f['unchanged']} unchanged (not read), "
               f"{f['deleted']} deleted" + (f", {f['readmitted']} read again for removed originals"
-                                           if f["readmitted"] else ""))
+                                           if f["readmitted"] else "")
+              + (f", {f['reread']} read again under a new chunking config" if f.get("reread") else ""))
     t.add_row("documents read", str(d["read"]))
     t.add_row("kept", str(d["kept"]))
     for reason, n in d["dropped"].items():

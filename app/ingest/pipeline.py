@@ -267,6 +267,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
     t0 = time.time()
     live = live_documents(storage, previous)
     records = source_records(storage, previous)
+    reader = sync.reader_of(cfg.ingest)
     changes_in: delta.DeltaChanges | None = None
     if inputs.delta:
         rec = records.get(inputs.delta)
@@ -275,7 +276,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
         plan = sync.plan_delta(inputs.delta, (d["doc_id"] for d in changes_in.upserts), changes_in.deleted,
                                changes_in.since is None, live)
     else:
-        plan = sync.plan(inputs, live, records, sync_roots)
+        plan = sync.plan(inputs, live, records, sync_roots, reader)
     seed = pa.Table.from_pylist([d for d in live if not plan.replaces(d)],
                                 DOCUMENTS_FILE_SCHEMA).select(["doc_id", "content_hash", "minhash"])
     # on the driver's node: a worker node lost mid-run must not take the run's ledger with it
@@ -329,7 +330,7 @@ def ingest_dataset(paths: list[str], cfg: AppConfig, storage: Storage, run_id: s
         raise UserError(_EMPTY)
     meta = [f"{segment}/{DOCUMENTS_FILE}", f"{segment}/{SOURCES_FILE}"]
     storage.write_bytes(meta[0], _parquet_bytes(kept, DOCUMENTS_FILE_SCHEMA))
-    storage.write_bytes(meta[1], _parquet_bytes(_source_rows(plan, snap, run_id), SOURCES_FILE_SCHEMA))
+    storage.write_bytes(meta[1], _parquet_bytes(_source_rows(plan, snap, run_id, reader), SOURCES_FILE_SCHEMA))
     if removals:
         meta.append(f"{segment}/{REMOVED_FILE}")
         storage.write_bytes(meta[2], _parquet_bytes([r.model_dump() for r in removals], REMOVED_FILE_SCHEMA))
@@ -417,9 +418,10 @@ DELTA_VERSION = "delta-version:"  # a Delta table's sources row holds the versio
 _DUPLICATE = ("exact_duplicate", "near_duplicate", "duplicate_id")
 
 
-def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str) -> list[dict[str, object]]:
-    """The run's rows of the sources file: each file it read (with whom its dropped documents duplicated), each it
-    found touched but unchanged, each it deleted."""
+def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str, reader: str) -> list[dict[str, object]]:
+    """The run's rows of the sources file: each file it read (with whom its dropped documents duplicated, and the
+    reader that read it), each it found touched but unchanged (with the reader that read it before), each it
+    deleted."""
     unreadable = {q["source"] for q in snap["quarantined"]}
     dup_of: dict[str, set[str]] = {}
     for d in snap.get("drops", []):
@@ -430,7 +432,7 @@ def _source_rows(plan: sync.Plan, snap: stages.Snapshot, run_id: str) -> list[di
     for source, (size, mtime) in sorted(plan.stat.items()):
         rows.append({"source": source, "size": size, "mtime_ns": mtime, "sha256": hashes.get(source, ""),
                      "status": "unreadable" if source in unreadable else "read",
-                     "duplicate_of": sorted(dup_of.get(source, ())), "run_id": run_id})
+                     "duplicate_of": sorted(dup_of.get(source, ())), "run_id": run_id, "reader": reader})
     rows += [{**rec, "run_id": run_id} for _, rec in sorted(plan.touched.items())]
     rows += [{"source": s, "size": 0, "mtime_ns": 0, "sha256": "", "status": "deleted", "duplicate_of": [],
               "run_id": run_id} for s in sorted(plan.deleted)]

@@ -4,7 +4,9 @@ A document belongs to its source file (an e-mail's attachments to the e-mail). A
 documents in the next version: the new parse is the truth for that file (its documents matched to the old ones by
 id, then by place, to count what was updated, unchanged, added and removed). A file is read only when it is new or
 changed: its size and mtime as the last run saw them are the short-cut, its SHA-256 the judge, so a file touched but
-not changed costs one hash and no parse. With `sync`, known files under the run's input roots that are gone are
+not changed costs one hash and no parse. A file is also read again, changed or not, when the config that turns files
+into chunks (chunking, normalisation, OCR, added metadata: `reader_of`) is not the one that read it last, so one
+index never mixes chunks cut two ways. With `sync`, known files under the run's input roots that are gone are
 deleted with their documents; files of other roots are never touched.
 
 Documents are removed only once the run that replaces them publishes: a file that cannot be parsed keeps its
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 from pydantic import BaseModel
 
+from app.config import IngestConfig
 from app.ingest.inputs import Inputs
 from app.storage import PIECE
 
@@ -58,6 +62,7 @@ class FileCounts(BaseModel):
     unchanged: int = 0  # known, same size and mtime or same SHA-256: not parsed
     deleted: int = 0  # known, gone from a synced root: their documents removed
     readmitted: int = 0  # unchanged, read again because documents they duplicated were removed
+    reread: int = 0  # unchanged, read again because another config reads files into chunks now (`reader_of`)
 
 
 class ChangeCounts(BaseModel):
@@ -97,10 +102,21 @@ class Plan:
         return source in self.replacing and (source not in self.rows or doc["doc_id"] in self.rows[source])
 
 
+def reader_of(cfg: IngestConfig) -> str:
+    """A digest of the settings that decide what a file's chunks are; a source record keeps the one that read it.
+    Limits (time, memory, sizes a file is refused past) and dedup decide whether a file or document is taken, not
+    what it becomes, and are left out."""
+    documents = cfg.documents.model_dump(include={"ocr", "ocr_languages", "ocr_min_chars", "ocr_dpi", "max_pages"})
+    fields = {"chunk": cfg.chunk.model_dump(), "normalize": cfg.normalize.model_dump(), "metadata": cfg.metadata,
+              "documents": documents}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def plan(inputs: Inputs, live: Sequence[Mapping[str, object]], records: Mapping[str, Mapping[str, object]],
-         sync: bool) -> Plan:
+         sync: bool, reader: str = "") -> Plan:
     """`live`: the latest version's documents (`app.dataset.live_documents`); `records`: its source files
-    (`app.dataset.source_records`)."""
+    (`app.dataset.source_records`); `reader`: this run's `reader_of` (records from before readers were kept, and
+    an empty `reader`, match any)."""
     fs = inputs.filesystem
     infos = {inputs.source(i.path): i for i in fs.get_file_info(inputs.files)} if inputs.files else {}
     known = set(records) | {file_of(str(d["source"])) for d in live}
@@ -111,15 +127,20 @@ def plan(inputs: Inputs, live: Sequence[Mapping[str, object]], records: Mapping[
     for source, info in infos.items():
         size, mtime = int(info.size or 0), int(info.mtime_ns or 0)
         rec = records.get(source)
-        if rec is not None and (rec["size"], rec["mtime_ns"]) == (size, mtime) and mtime:
+        quick = rec is not None and (rec["size"], rec["mtime_ns"]) == (size, mtime) and bool(mtime)
+        hashed = (not quick and rec is not None and rec["size"] == size
+                  and rec["sha256"] == file_sha256(fs, info.path))
+        stale = rec is not None and bool(reader) and rec.get("reader") not in (None, "", reader)
+        if (quick or hashed) and not stale:
             files.unchanged += 1
-            continue
-        if rec is not None and rec["size"] == size and rec["sha256"] == file_sha256(fs, info.path):
-            files.unchanged += 1
-            touched[source] = {**rec, "mtime_ns": mtime}
+            if hashed:
+                assert rec is not None
+                touched[source] = {**rec, "mtime_ns": mtime}
             continue
         read[source], stat[source] = info.path, (size, mtime)
-        if source in known:
+        if quick or hashed:
+            files.reread += 1
+        elif source in known:
             files.changed += 1
         else:
             files.new += 1

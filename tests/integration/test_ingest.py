@@ -59,7 +59,8 @@ def test_ingest_counts_idempotence_and_search(ray_cluster, corpus, cfg, tmp_path
     # the same input again: no file is read (each known by size and mtime), nothing added, no new version
     again = run_ingest([str(path)], cfg, storage)
     assert again["chunks"] == 0 and again["documents"]["read"] == 0
-    assert again["files"] == {"new": 0, "changed": 0, "unchanged": want["files"], "deleted": 0, "readmitted": 0}
+    assert again["files"] == {"new": 0, "changed": 0, "unchanged": want["files"], "deleted": 0, "readmitted": 0,
+                              "reread": 0}
     assert [m.version for m in catalog.versions("datasets")] == [ds.version]
 
     # an incremental ingest of a near copy of a published document adds nothing
@@ -116,7 +117,8 @@ def sync_edits_deletions_and_deletes(storage, cfg, path, old_index):
     rows = (path / "rows.parquet").read_bytes()
     (path / "rows.parquet").write_bytes(b"PAR1 damaged")  # no longer parses: its documents stay as they were
     report = run_ingest([str(path)], cfg, storage, sync=True)
-    assert report["files"] == {"new": 1, "changed": 3, "unchanged": 3, "deleted": 1, "readmitted": 0}
+    assert report["files"] == {"new": 1, "changed": 3, "unchanged": 3, "deleted": 1, "readmitted": 0,
+                               "reread": 0}
     assert [q["source"] for q in report["quarantined"]] == [str(path / "rows.parquet")]
     assert report["changes"]["added"] == 1 and report["changes"]["updated"] == 2
     assert report["changes"]["removed"] == 1 and report["changes"]["unchanged"] == before - 1
@@ -309,8 +311,13 @@ def test_a_delta_table_and_an_s3_bucket_sync_into_a_store_on_s3(ray_cluster, s3_
     files = run_ingest([s3_bucket.uri(corpus)], cfg, storage)
     assert files["files"]["new"] == 2 and files["changes"]["live_after"] == 5
     client.delete_object(Bucket=s3_bucket.bucket, Key=f"{corpus}/a.txt")
-    synced = run_ingest([s3_bucket.uri(corpus)], cfg, storage, sync=True)
-    assert synced["files"] == {"new": 0, "changed": 0, "unchanged": 1, "deleted": 1, "readmitted": 0}
-    assert synced["changes"]["removed"] == 1 and synced["changes"]["live_after"] == 4
-    assert "a.txt" not in {h.source.rsplit("/", 1)[1] for h in Searcher(Index.load(storage), cfg.search).search(
-        "lichens fungi", k=10)}
+    # synced under another reader (added metadata): b.md has not changed, and is read again all the same
+    shelved = cfg.model_copy(update={"ingest": cfg.ingest.model_copy(update={"metadata": {"shelf": "botany"}})})
+    synced = run_ingest([s3_bucket.uri(corpus)], shelved, storage, sync=True)
+    assert synced["files"] == {"new": 0, "changed": 0, "unchanged": 0, "deleted": 1, "readmitted": 0,
+                               "reread": 1}
+    assert (synced["changes"]["removed"], synced["changes"]["unchanged"], synced["changes"]["live_after"]) == (1, 1, 4)
+    index = Index.load(storage)
+    assert not [s for s in index.chunks.column("source") if s.endswith("/a.txt")]
+    assert [json.loads(m).get("shelf") for s, m in zip(index.chunks.column("source"), index.chunks.column("metadata"),
+                                                         strict=True) if s.endswith("/b.md")] == ["botany"]

@@ -306,7 +306,8 @@ def test_a_worker_node_killed_mid_sync_is_survived_in_run(cluster, ingested, tmp
     storage = Storage(str(store))
     doc_ids = {f"doc{i}" for i in range(2 * N_DOCS)} | {"zebra"}
     first = json.loads(out)
-    assert first["files"] == {"new": 1, "changed": 1, "unchanged": 0, "deleted": 1, "readmitted": 0}, first["files"]
+    assert first["files"] == {"new": 1, "changed": 1, "unchanged": 0, "deleted": 1, "readmitted": 0,
+                              "reread": 0}, first["files"]
     changes = first["changes"]
     assert (changes["added"], changes["updated"], changes["removed"]) == (N_DOCS, 1, 1), changes
     assert first["reconciled"] and changes["live_after"] == len(doc_ids)

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -315,3 +316,26 @@ def test_runs_of_a_root_on_s3_are_tracked_where_mlflow_is_told(s3, tmp_path, mon
     assert tracking.tracking_uri(None, s3) == (tmp_path / "mlruns").as_uri()
     assert tracking.tracking_uri("http://mlflow:5000", s3) == "http://mlflow:5000"  # the config's wins
     assert tracking.tracking_uri(None, Storage(str(tmp_path / "local"))) == (tmp_path / "mlruns").as_uri()
+
+
+def test_a_json_file_rewritten_while_it_is_read_is_read_whole(s3):
+    """A read on S3 is a HEAD for the size and a GET of that many bytes: a run record rewritten longer in between
+    came back cut short, and a status call failed on it. Every read gives one whole version."""
+    versions = [{"state": "running", "progress": "x" * n} for n in (10, 4000, 200, 9000)]
+    s3.write_json("runs/r.json", versions[0])
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            s3.write_json("runs/r.json", versions[i % len(versions)])
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        seen = [s3.read_json("runs/r.json") for _ in range(60)]
+    finally:
+        stop.set()
+        writer.join()
+    assert all(v in versions for v in seen) and len({len(v["progress"]) for v in seen}) > 1

@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import os
 
+from app.config import load_config
 from app.ingest.inputs import expand
-from app.ingest.sync import Plan, changes, file_of, plan, plan_delta, readmit, under
+from app.ingest.sync import Plan, changes, file_of, plan, plan_delta, reader_of, readmit, under
 
 
 def _record(path, **kw):
@@ -43,15 +44,37 @@ def test_a_sync_reads_new_and_changed_files_deletes_gone_ones_and_readmits_dupli
     assert p.replacing == {str(edited)}  # the new file replaces nothing
     assert p.deleted == {str(root / "gone.txt"), f"{root}/mail.eml"}  # the other root's file is not touched
     assert set(p.touched) == {str(touched)} and p.touched[str(touched)]["mtime_ns"] == os.stat(touched).st_mtime_ns
-    assert p.files.model_dump() == {"new": 1, "changed": 1, "unchanged": 3, "deleted": 2, "readmitted": 0}
+    assert p.files.model_dump() == {"new": 1, "changed": 1, "unchanged": 3, "deleted": 2, "readmitted": 0,
+                                    "reread": 0}
     # once the first wave ran: dup.txt's documents duplicated the deleted gone-doc, so it is read again
     assert readmit(p, inputs, live, records, kept=[], unreadable=set()) == {str(dup): str(dup)}
-    assert p.files.model_dump() == {"new": 1, "changed": 1, "unchanged": 2, "deleted": 2, "readmitted": 1}
+    assert p.files.model_dump() == {"new": 1, "changed": 1, "unchanged": 2, "deleted": 2, "readmitted": 1,
+                                    "reread": 0}
     assert str(dup) in p.read and str(dup) in p.replacing
     assert readmit(p, inputs, live, records, kept=[], unreadable=set()) == {}  # each file once
     # without sync nothing is deleted, and nothing is readmitted for a deletion that does not happen
     p = plan(inputs, live, records, sync=False)
     assert p.deleted == set() and readmit(p, inputs, live, records, kept=[], unreadable=set()) == {}
+
+
+def test_a_new_chunking_config_reads_every_known_file_again_once(tmp_path):
+    """Files read under another reader (chunking, normalisation, OCR, added metadata) are read again, unchanged or
+    not; records from before readers were kept are taken as read by this one. Limits and dedup are not readers."""
+    base = load_config(None).ingest
+    assert reader_of(base) == reader_of(load_config(None, ["ingest.documents.timeout_s=5",
+                                                           "ingest.dedup.near=false"]).ingest)
+    for override in ("ingest.chunk.chunk_tokens=128", "ingest.normalize.min_chars=5", "ingest.documents.ocr=false",
+                     "ingest.metadata={team: hr}"):
+        assert reader_of(load_config(None, [override]).ingest) != reader_of(base), override
+    a, b, c = (tmp_path / n for n in ("a.txt", "b.txt", "c.txt"))
+    for p in (a, b, c):
+        p.write_text(f"text of {p.name}")
+    old, new = "0" * 16, reader_of(base)
+    records = {str(a): _record(a, reader=old), str(b): _record(b, reader=new), str(c): _record(c)}
+    p = plan(expand([str(tmp_path)]), [_doc(x, x.name) for x in (a, b, c)], records, sync=True, reader=new)
+    assert p.read == [str(a)] and p.replacing == {str(a)}
+    assert p.files.model_dump() == {"new": 0, "changed": 0, "unchanged": 2, "deleted": 0, "readmitted": 0,
+                                    "reread": 1}
 
 
 def test_changes_match_new_documents_to_old_by_id_then_place_and_reconcile(tmp_path):
