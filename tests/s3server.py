@@ -90,9 +90,9 @@ def s3_server(bucket: str = BUCKET) -> Iterator[S3Server]:
         proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            endpoint = f"http://127.0.0.1:{port}"
-            s3 = S3Server(endpoint=endpoint, bucket=bucket, env=server_env(endpoint))
-            if _serving(s3, proc):
+            if _listening(port, proc):
+                endpoint = f"http://127.0.0.1:{port}"
+                s3 = S3Server(endpoint=endpoint, bucket=bucket, env=server_env(endpoint))
                 s3.client().create_bucket(Bucket=bucket)
                 yield s3
                 return
@@ -102,12 +102,12 @@ def s3_server(bucket: str = BUCKET) -> Iterator[S3Server]:
     raise RuntimeError("moto's S3 server did not start")
 
 
-def _serving(s3: S3Server, proc: subprocess.Popen, timeout_s: float = 60) -> bool:
-    """Whether the server answers within `timeout_s` (False: it exited, e.g. its port was taken)."""
+def _listening(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> bool:
+    """Whether the server listens on `port` within `timeout_s` (False: it exited, e.g. its port was taken)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            with socket.create_connection(("127.0.0.1", int(s3.endpoint.rsplit(":", 1)[1])), timeout=1):
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return True
         except OSError:
             time.sleep(0.1)
