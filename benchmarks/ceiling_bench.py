@@ -20,7 +20,7 @@ Each side's cold start (from the deploy or the spawn to the first answer) is rec
 
     python benchmarks/ceiling_bench.py [--repeats 3] [--max-tokens 32] [--only ragline serve-llm vllm]
 
-Writes benchmarks/results/ceiling-<date>-<cpu level>.json and rewrites its table in docs/benchmarks.md.
+Writes benchmarks/results/ceiling-<date>-<cpu level>-<cpu>.json and rewrites its table in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ version's chunks (`app.index.search.document_text` over their start_char/end_cha
 
 The goal printed: Ragline's pages/s ÷ the faster of (a) and (b), end to end and for the parse stage, and the three
 fidelities side by side. Until Ragline reads PDFs its contender fails: the run records its error and finishes the
-others. Writes benchmarks/results/documents-<date>-<cpu level>.json and rewrites README's table (or `--out FILE`
+others. Writes benchmarks/results/documents-<date>-<cpu level>-<cpu>.json and rewrites README's table (or `--out FILE`
 alone).
 """
 
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="keep the extracted texts and storage roots here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default: benchmarks/results/documents-<date>-<cpu level>.json, and the "
+                    help="results file (default: benchmarks/results/documents-<date>-<cpu level>-<cpu>.json, and the "
                     "README table is rewritten)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or (args.limit is not None and args.limit < 1):

@@ -27,7 +27,7 @@ finds it must carry the page the answer is on in its `pages`: the page(s) that S
 `answer_start` and text) lands on in the rendered PDF (goal ≥ 95%).
 
 A corpus whose ingestion fails (Ragline reads no PDFs or DOCX files yet) is recorded with its error and the others
-go on. Writes benchmarks/results/documents_quality-<date>-<cpu level>.json and rewrites README's table (or `--out
+go on. Writes benchmarks/results/documents_quality-<date>-<cpu level>-<cpu>.json and rewrites README's table (or `--out
 FILE` alone).
 """
 
@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="keep the rendered files and storage roots here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default: benchmarks/results/documents_quality-<date>-<cpu level>.json, and "
-                    "the README table is rewritten)")
+                    help="results file (default: benchmarks/results/documents_quality-<date>-<cpu level>-<cpu>.json, "
+                    "and the README table is rewritten)")
     args = ap.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be at least 1")

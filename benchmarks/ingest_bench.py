@@ -18,7 +18,7 @@ the baseline in PyTorch fp32 as a plain script does.
 `--variant-check` measures what the embedder's runtime and precision cost in quality, beside the speed: dense
 nDCG@10 on the SciFact dev queries with every corpus document embedded whole ("title\ntext", the model's 256-token
 truncation) by PyTorch and OpenVINO, each in fp32 and bf16, and the encoding time of each. The results go to
-`benchmarks/results/ingest-<date>-<cpu level>.json` with the machine they ran on, and README's table for that CPU
+`benchmarks/results/ingest-<date>-<cpu level>-<cpu>.json` with the machine they ran on, and README's table for that CPU
 level is rewritten. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` in front measures an
 AVX2 machine's choices and kernels on a faster CPU (README, "Measuring another CPU").
 """
@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1,
                     help="alternating baseline/pipeline runs (median reported)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default: benchmarks/results/ingest-<date>-<cpu level>.json, and the README "
-                    "table is rewritten)")
+                    help="results file (default: benchmarks/results/ingest-<date>-<cpu level>-<cpu>.json, and the "
+                    "README table is rewritten)")
     ap.add_argument("--config", type=Path, default=None,
                     help="Ragline config YAML (default: built-in defaults)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -42,7 +42,7 @@ query included. The ratio printed: Ragline's documents/s over the faster peer's,
 LlamaIndex and Haystack run from an environment of the benchmark's own, benchmarks/.venv-peers (git-ignored, made
 on first use with `python3.11 -m venv`; torch, sentence-transformers and transformers at Ragline's versions, so
 that the embedding code is the same), never Ragline's dependencies. Writes
-benchmarks/results/peers-<date>-<cpu level>.json and rewrites the docs' table and README headline (or `--out FILE`
+benchmarks/results/peers-<date>-<cpu level>-<cpu>.json and rewrites the docs' table and README headline (or `--out FILE`
 alone).
 """
 
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None,
                     help="keep the corpus, logs and storage roots here (default: a temporary directory)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default: benchmarks/results/peers-<date>-<cpu level>.json, and the docs' "
+                    help="results file (default: benchmarks/results/peers-<date>-<cpu level>-<cpu>.json, and the docs' "
                     "table and README headline are rewritten)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or (args.limit is not None and args.limit < 1) or args.chunks_per_query < K:

@@ -41,14 +41,28 @@ def cpu_level(r: dict[str, Any]) -> str:
     return str(r.get("hardware", {}).get("level", "avx512_bf16"))
 
 
+def cpu_model(r: dict[str, Any]) -> str:
+    return str(r.get("hardware", {}).get("cpu", "AMD EPYC"))
+
+
 def latest_per_cpu(name: str, results: Path = RESULTS) -> list[Path]:
-    """The newest results file of each CPU level, fastest level first: a rerun on another CPU adds a table, it does
-    not replace the other CPU's."""
+    """The newest results file of each CPU (level and model), fastest level first and, within a level, the newest
+    first: a rerun on another CPU adds a table, it does not replace the other CPU's."""
     latest(name, results)  # the error when there is none
-    newest: dict[str, Path] = {}
+    newest: dict[tuple[str, str], tuple[str, Path]] = {}  # (level, model) -> (date, file)
     for path in sorted(results.glob(f"{name}-*.json")):
-        newest[cpu_level(json.loads(path.read_text()))] = path
-    return [newest[level] for level in sorted(newest, key=LEVEL_ORDER.index, reverse=True)]
+        r = json.loads(path.read_text())
+        key, date = (cpu_level(r), cpu_model(r)), str(r.get("date", ""))
+        if key not in newest or date >= newest[key][0]:
+            newest[key] = (date, path)
+    order = sorted(newest, key=lambda k: (LEVEL_ORDER.index(k[0]), newest[k][0]), reverse=True)
+    return [newest[k][1] for k in order]
+
+
+def cpu_slug(cpu: str) -> str:
+    """A CPU model as a file-name part: "Intel(R) Xeon(R) Processor" -> "intel-xeon"."""
+    words = re.sub(r"\((r|tm)\)|\b(processor|cpu)\b", " ", cpu.lower())
+    return "-".join(re.findall(r"[a-z0-9]+", words))
 
 
 LEVEL_ORDER = ["baseline", "avx2", "avx512", "avx512_bf16"]  # app.hardware.LEVELS
@@ -766,10 +780,12 @@ def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def publish(name: str, result: dict[str, Any]) -> Path:
-    """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>.json and rewrites
+    """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>-<level>-<cpu>.json
+    and rewrites
     table NAME of docs/benchmarks.md and the README's headline from it; returns the file."""
     result = with_hardware(result)
-    path = RESULTS / f"{name}-{result['date']}-{result['hardware']['level']}.json"
+    hw = result["hardware"]
+    path = RESULTS / f"{name}-{result['date']}-{hw['level']}-{cpu_slug(hw['cpu'])}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     PAGE.write_text(render(PAGE.read_text(), names=(name,)))
     README.write_text(render_headline(README.read_text()))

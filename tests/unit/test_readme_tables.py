@@ -79,6 +79,26 @@ def test_a_rerun_on_another_cpu_adds_its_table_and_each_names_its_cpu(tmp_path):
     assert first < second and "0.725" in out and "| 0.710 |" in out and "2026-11-25" not in out
 
 
+def test_two_cpus_at_one_level_keep_a_table_each_the_newer_first(tmp_path):
+    def hw(cpu: str) -> dict:
+        return {"cpu": cpu, "level": "avx512_bf16", "flags": ["avx2", "avx512_bf16"], "cores": 2, "memory_gib": 23.5,
+                "cuda": [], "forced": None}
+
+    epyc, xeon = hw("AMD EPYC"), hw("Intel(R) Xeon(R) Processor")
+    (tmp_path / "quality-2026-11-26-avx512_bf16.json").write_text(json.dumps({**result("2026-11-26", 0.71),
+                                                                             "hardware": epyc}))
+    (tmp_path / "quality-2026-11-27-avx512_bf16.json").write_text(json.dumps({**result("2026-11-27", 0.72),
+                                                                             "hardware": epyc}))
+    name = f"quality-2026-11-28-avx512_bf16-{readme_tables.cpu_slug(xeon['cpu'])}.json"
+    assert name == "quality-2026-11-28-avx512_bf16-intel-xeon.json"
+    (tmp_path / name).write_text(json.dumps({**result("2026-11-28", 0.73), "hardware": xeon}))
+    assert [p.name for p in readme_tables.latest_per_cpu("quality", tmp_path)] == [
+        name, "quality-2026-11-27-avx512_bf16.json"]
+    out = readme_tables.render(BLOCK, tmp_path, ("quality",))
+    assert out.index("On Intel(R) Xeon(R) Processor (avx512_bf16)") < out.index("On AMD EPYC (avx512_bf16)")
+    assert "| 0.730 |" in out and "| 0.720 |" in out and "2026-11-26" not in out
+
+
 def documents_result(ragline_ok: bool) -> dict:
     def parser(label: str, seconds: float, fid: float | None) -> dict:
         out = {"label": label, "ok": True, "median_s": seconds, "pages_per_s": round(2780 / seconds, 2)}
