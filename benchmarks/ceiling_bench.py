@@ -12,6 +12,8 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
              VLLM_CPU_* environment, asked the same prompts.
   serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
              executor, deployments/llm_server.py:OneProcessEngine): what the executor alone changes.
+  ragline-mp (only when named in --only): ragline with vLLM's multiprocess executor
+             (`serve.generator.vllm.one_process=false`), in the same run as the default: which executor to ship.
 Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
 tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
@@ -56,9 +58,10 @@ from benchmarks.server_process import ServerProcess  # noqa: E402
 from deployments.llm_server import OneProcessEngine  # noqa: E402
 
 CLIENTS = (1, 8, 32)
-# serve-llm-uni (measured only when named): Serve LLM's app with the vLLM executor Ragline's LLM application runs,
-# which tells the executor's share of a gap from the rest of Ragline's graph
-SIDES = ("ragline", "serve-llm", "vllm", "serve-llm-uni")
+# serve-llm-uni and ragline-mp (measured only when named): Serve LLM's app with the vLLM executor Ragline's LLM
+# application runs, and Ragline with Serve LLM's: the executor's share of a gap against the rest of Ragline's graph
+SIDES = ("ragline", "serve-llm", "vllm", "serve-llm-uni", "ragline-mp")
+RAGLINE_SIDES = {"ragline": [], "ragline-mp": ["serve.generator.vllm.one_process=false"]}
 DEFAULT_SIDES = SIDES[:3]
 MODEL_ID = "bench-model"
 
@@ -186,8 +189,8 @@ class Bench:
         self.overrides = [f"serve.generator.max_new_tokens={args.max_tokens}", "serve.generator.stop=[]"]
         self.prompts: list[Any] | None = None
 
-    def ragline(self) -> tuple[Chat, Callable[[], None]]:
-        deploy(self.storage, [*self.overrides, *self.args.ragline_set], self.args.port)
+    def ragline(self, side: str = "ragline") -> tuple[Chat, Callable[[], None]]:
+        deploy(self.storage, [*self.overrides, *self.args.ragline_set, *RAGLINE_SIDES[side]], self.args.port)
         if self.prompts is None:  # the prompts Ragline's graph builds, for the other sides
             from transformers import AutoTokenizer
 
@@ -235,7 +238,8 @@ class Bench:
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm,
-                      "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer")}[side]()
+                      "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer"),
+                      "ragline-mp": lambda: self.ragline("ragline-mp")}[side]()
         try:
             cold, r = asyncio.run(cold_then_measure(call, t0))
         finally:
@@ -261,15 +265,16 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios(sides: dict[str, Any]) -> dict[str, float]:
-    """Ragline's tokens/s over each other side's, and its TTFT minus theirs (ms), at each client count."""
+    """Each Ragline side's tokens/s over each other side's, and its TTFT minus theirs (ms), at each client count;
+    the default's keys unprefixed (`tokens_per_s_vs_vllm_x32`), ragline-mp's prefixed (`ragline-mp_...`)."""
     out: dict[str, float] = {}
-    if "ragline" not in sides:
-        return out
-    for other in (s for s in SIDES if s != "ragline" and s in sides):
-        for c in CLIENTS:
-            r, o = sides["ragline"][f"x{c}"], sides[other][f"x{c}"]
-            out[f"tokens_per_s_vs_{other}_x{c}"] = r["tokens_per_s"] / o["tokens_per_s"]
-            out[f"ttft_p50_ms_minus_{other}_x{c}"] = r["ttft_p50_ms"] - o["ttft_p50_ms"]
+    for mine in (s for s in RAGLINE_SIDES if s in sides):
+        prefix = "" if mine == "ragline" else f"{mine}_"
+        for other in (s for s in SIDES if s not in RAGLINE_SIDES and s in sides):
+            for c in CLIENTS:
+                r, o = sides[mine][f"x{c}"], sides[other][f"x{c}"]
+                out[f"{prefix}tokens_per_s_vs_{other}_x{c}"] = r["tokens_per_s"] / o["tokens_per_s"]
+                out[f"{prefix}ttft_p50_ms_minus_{other}_x{c}"] = r["ttft_p50_ms"] - o["ttft_p50_ms"]
     return out
 
 
@@ -280,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=32, help="answer tokens per request")
     ap.add_argument("--only", nargs="+", choices=SIDES, default=list(DEFAULT_SIDES), metavar="NAME",
                     help=f"measure only these sides (default: {' '.join(DEFAULT_SIDES)}; also serve-llm-uni, Serve "
-                    "LLM's app with Ragline's one-process engine); the others need ragline's prompts, so it always "
-                    "runs")
+                    "LLM's app with Ragline's one-process engine, and ragline-mp, Ragline with vLLM's multiprocess "
+                    "executor); the others need ragline's prompts, so it always runs")
     ap.add_argument("--ragline-set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for Ragline's side alone (repeatable), e.g. "
                     "serve.generator.vllm.one_process=false")

@@ -593,7 +593,8 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
     """benchmarks/ceiling_bench.py: Ragline's RAG endpoint against Ray Serve LLM's OpenAI app and bare vLLM."""
     e, sides = r["engine"], r["sides"]
     labels = {"ragline": "Ragline `/v1/chat/completions` (RAG)", "serve-llm": "Ray Serve LLM OpenAI app",
-              "vllm": "`vllm serve`", "serve-llm-uni": "Ray Serve LLM OpenAI app, Ragline's one-process engine"}
+              "vllm": "`vllm serve`", "serve-llm-uni": "Ray Serve LLM OpenAI app, Ragline's one-process engine",
+              "ragline-mp": "Ragline `/v1/chat/completions` (RAG), vLLM's multiprocess executor"}
     lines = [
         f"{r['model']} ({r['dtype']}, max_model_len {e['max_model_len']}, max_num_seqs {e['max_num_seqs']}, "
         f"{e['VLLM_CPU_KVCACHE_SPACE']} GiB KV cache), {r['max_tokens']}-token greedy answers, {r['cpus']} CPU "
@@ -615,6 +616,9 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
         lines += ["", f"Ragline over bare vLLM at {top} clients: **{ratios[f'tokens_per_s_vs_vllm_x{top}']:.2f}x** "
                   f"tokens/s (goal ≥ 0.9x); TTFT at {one} client "
                   f"{ratios[f'ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms (goal within 50 ms)."]
+        if (mp := ratios.get(f"ragline-mp_tokens_per_s_vs_vllm_x{top}")) is not None:
+            lines[-1] += (f" With vLLM's multiprocess executor (`ragline-mp`): **{mp:.2f}x**, TTFT "
+                          f"{ratios[f'ragline-mp_ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms.")
     stages = sides.get("ragline", {}).get(f"x{r['clients'][0]}", {}).get("stages_p50_ms")
     if stages:
         lines += ["", f"Where Ragline's time goes at {r['clients'][0]} client (p50 of its own stage timings, ms): "

@@ -51,6 +51,10 @@ def test_repeats_are_summarised_by_their_median_and_ragline_is_compared_with_eac
     assert r["ttft_p50_ms_minus_vllm_x1"] == pytest.approx(20)
     assert not any("serve-llm" in k for k in r)  # a side not measured is no ratio
     assert ratios({"vllm": sides["vllm"]}) == {}
+    mp = ratios({**sides, "ragline-mp": summarise([run(13, 240, 50)] * 3)})
+    assert mp["ragline-mp_tokens_per_s_vs_vllm_x32"] == pytest.approx(52 / 48)  # each Ragline side against vLLM,
+    assert mp["tokens_per_s_vs_vllm_x32"] == r["tokens_per_s_vs_vllm_x32"]  # not against each other
+    assert not any(k.startswith("tokens_per_s_vs_ragline") for k in mp)
 
 
 def test_the_ceiling_table_shows_every_side_the_goal_ratio_and_where_ragline_spends_its_time():
@@ -65,4 +69,8 @@ def test_the_ceiling_table_shows_every_side_the_goal_ratio_and_where_ragline_spe
     assert table.count("| Ragline `/v1/chat/completions` (RAG) |") == 3 and table.count("| `vllm serve` |") == 3
     assert "| Ray Serve LLM OpenAI app | 32 | 48.0 |" in table
     assert "**0.92x** tokens/s (goal ≥ 0.9x); TTFT at 1 client +20 ms" in table
-    assert "retrieve 20, generate 230." in table
+    assert "retrieve 20, generate 230." in table and "multiprocess" not in table
+    sides["ragline-mp"] = summarise([run(13, 240, 50)])
+    table = readme_tables.ceiling_table({**r, "sides": sides, "ratios": ratios(sides)}, "`x.json`")
+    assert table.count("| Ragline `/v1/chat/completions` (RAG), vLLM's multiprocess executor |") == 3
+    assert "With vLLM's multiprocess executor (`ragline-mp`): **1.08x**, TTFT +10 ms." in table
