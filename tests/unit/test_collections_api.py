@@ -160,8 +160,10 @@ def test_a_filter_goes_to_the_search_of_the_named_collection(client, stages):
 
 
 def test_forbidden_and_absent_take_the_same_time(client):
-    """No existence leak by timing: 200 alternating requests each, medians within noise (a forbidden name is
-    refused before the collections are looked up, an absent one after a look at a cached set)."""
+    """No existence leak by timing: 200 alternating requests each, lower quartiles within noise (a forbidden name
+    is refused before the collections are looked up, an absent one after a look at a cached set). Quartiles, not
+    medians: on some machines a TestClient call takes either about 1.7 or about 3.0 ms, whatever it asks, in a mix
+    that drifts during the run, and a median between the two modes moved by 0.8 ms with it."""
     times: dict[str, list[float]] = {"eng": [], ABSENT: []}
     for _ in range(200):
         for name in times:
@@ -169,7 +171,7 @@ def test_forbidden_and_absent_take_the_same_time(client):
             r = client.post("/v1/retrieve", json={"query": "leave", "collection": name}, headers=AS_HR)
             times[name].append(time.perf_counter() - t0)
             assert r.status_code == 404
-    forbidden, absent = (statistics.median(times[n]) for n in ("eng", ABSENT))
+    forbidden, absent = (statistics.quantiles(times[n], n=4)[0] for n in ("eng", ABSENT))
     assert abs(forbidden - absent) < max(0.2e-3, 0.25 * absent), (forbidden, absent)
 
 
