@@ -223,6 +223,19 @@ class IndexConfig(ConfigBase):
     bm25_k1: float = Field(default=1.5, gt=0, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(default=0.75, ge=0, le=1, description="BM25 length normalisation.")
     stopwords: str | None = Field(default="en", description="bm25s stopword list ('en') or none.")
+    stemmer: str | None = Field(default="english", description="Snowball stemmer (PyStemmer's algorithm name) "
+                                "applied to BM25 terms when indexing and querying, so 'cells' finds 'cell'; none: "
+                                "exact terms. An index version keeps the stemmer it was built with.")
+
+    @model_validator(mode="after")
+    def _known_stemmer(self) -> IndexConfig:
+        if self.stemmer is not None:
+            import Stemmer
+
+            if self.stemmer not in Stemmer.algorithms():
+                raise ValueError(f"stemmer {self.stemmer!r} is not one of PyStemmer's: "
+                                 f"{', '.join(Stemmer.algorithms())}")
+        return self
 
 
 class SearchConfig(ConfigBase):

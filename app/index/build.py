@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from app.catalog import Catalog, EmbedderInfo, Manifest, now_iso
 from app.config import AppConfig, IndexConfig
 from app.dataset import CHUNK_COLUMNS, load_chunks
+from app.index import lexical
 from app.models.embedder import embed_text
 from app.storage import Storage
 
@@ -80,7 +81,7 @@ def write_index_files(table: pa.Table, cfg: IndexConfig, include_title: bool, di
     texts = [embed_text(t, x, include_title) for t, x in
              zip(table.column("title").to_pylist(), table.column("text").to_pylist(), strict=True)]
     bm25 = bm25s.BM25(k1=cfg.bm25_k1, b=cfg.bm25_b)
-    bm25.index(bm25s.tokenize(texts, stopwords=cfg.stopwords, show_progress=False), show_progress=False)
+    bm25.index(lexical.tokenize(texts, cfg.stopwords, cfg.stemmer), show_progress=False)
     faiss.write_index(index, str(directory / "dense.faiss"))
     bm25.save(str(directory / "bm25"), show_progress=False)
     pq.write_table(table.select(CHUNK_COLUMNS), directory / "chunks.parquet")

@@ -25,6 +25,7 @@ from app.config import SearchConfig
 from app.errors import Conflict, UserError
 from app.filters import Filter, Metadata
 from app.fusion import rrf
+from app.index import lexical
 from app.index.subsets import EXACT_FRACTION, Subsets
 from app.passage import ChunkRow, Passage
 from app.storage import Storage
@@ -100,7 +101,10 @@ class Index:
         self.chunks = ChunkTable(pq.read_table(directory / "chunks.parquet"))
         # a source filter matches each distinct source once (a file has many chunks), not every chunk
         self.rows_of_source = rows_by_value(self.chunks.table.column("source"))
-        self.stopwords = manifest.config.get("stopwords", "en")  # IndexConfig.stopwords: a bm25s list name or None
+        # the BM25 terms as built (IndexConfig): a bm25s stopword list name and a stemmer, or None; versions from
+        # before stemming have none
+        self.stopwords: str | None = manifest.config.get("stopwords", "en")  # type: ignore[assignment]
+        self.stemmer: str | None = manifest.config.get("stemmer")  # type: ignore[assignment]
         dense = manifest.extra.get("dense")  # app.index.build.DenseParams, as a dict
         dense_params = dense if isinstance(dense, dict) else {}
         # untyped JSON, passed on to FAISS as it is: an int for the index type that uses it, else absent (None)
@@ -187,10 +191,8 @@ class Index:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0], strict=True) if i >= 0]
 
     def lexical_search(self, query: str, k: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
-        import bm25s
-
         k = min(k, len(self.chunks) if allowed is None else len(allowed))
-        tokens = bm25s.tokenize([query], stopwords=self.stopwords, show_progress=False)
+        tokens = lexical.tokenize([query], self.stopwords, self.stemmer)
         if k <= 0 or not tokens.ids[0]:  # a query of only stopwords matches nothing lexically
             return []
         mask = None
