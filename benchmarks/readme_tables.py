@@ -42,6 +42,7 @@ def cpu_level(r: dict[str, Any]) -> str:
 
 
 def cpu_model(r: dict[str, Any]) -> str:
+    """The CPU model a result was measured on (those from before CPUs were recorded: an AMD EPYC)."""
     return str(r.get("hardware", {}).get("cpu", "AMD EPYC"))
 
 
@@ -785,8 +786,7 @@ def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
 
 def publish(name: str, result: dict[str, Any]) -> Path:
     """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>-<level>-<cpu>.json
-    and rewrites
-    table NAME of docs/benchmarks.md and the README's headline from it; returns the file."""
+    and rewrites table NAME of docs/benchmarks.md and the README's headline from it; returns the file."""
     result = with_hardware(result)
     hw = result["hardware"]
     path = RESULTS / f"{name}-{result['date']}-{hw['level']}-{cpu_slug(hw['cpu'])}.json"
