@@ -27,6 +27,10 @@ MLFLOW_TRACKING_URI: str = os.environ.get("MLFLOW_TRACKING_URI", "")
 RAGLINE_CACHE: str = os.environ.get("RAGLINE_CACHE", "")
 #: Caps what `app.hardware` reports of the CPU (avx2, avx512, ...): take an AVX2 machine's choices on a faster one.
 RAGLINE_CPU_ISA: str = os.environ.get("RAGLINE_CPU_ISA", "")
+#: The kernel libraries' own caps that, beside RAGLINE_CPU_ISA=avx2, hold their code to AVX2 (oneDNN, PyTorch's
+#: ATen kernels, MKL's BLAS, which PyTorch's float32 matmuls run); read here only to record which were set.
+CPU_HOLD_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+CPU_HOLD_ENV: dict[str, str] = {name: os.environ.get(name, "") for name in CPU_HOLD_AVX2}
 #: Ray's authentication mode (token or disabled); unset: token auth, with a token made for a local head.
 RAY_AUTH_MODE: str = os.environ.get("RAY_AUTH_MODE", "")
 #: Ray's auth token itself, or a file holding it (Ray reads the same two, then ~/.ray/auth_token).

@@ -8,8 +8,10 @@ project's machines) PyTorch, oneDNN and vLLM emulate it, slower than fp32: vLLM 
 in bf16 on such a CPU against 18.0 in float32.
 
 `RAGLINE_CPU_ISA=avx2` (or `avx512`) makes detection report no more than that level, so an AVX512-BF16 machine takes
-the choices an AVX2 one would; with `ONEDNN_MAX_CPU_ISA=AVX2` and `ATEN_CPU_CAPABILITY=avx2` beside it, PyTorch's
-kernels are held to AVX2 too (see README, "Measuring another CPU").
+the choices an AVX2 one would; with `envs.CPU_HOLD_AVX2` beside it (`ONEDNN_MAX_CPU_ISA=AVX2
+ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`), PyTorch's and oneDNN's kernels are held to AVX2 too
+(docs/guides/configuration.md, "Measuring another CPU"). OpenVINO's MLAS matrix products are not: its release wheels
+read no cap for them (`OV_CPU_MAX_ISA` is a debug-build switch).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class Hardware:
     def record(self) -> dict[str, object]:
         """What a results file or a status report keeps of it."""
         return {"cpu": self.cpu, "level": self.level, "flags": list(self.flags), "cores": self.cores,
-                "memory_gib": round(self.memory_gib, 1), "cuda": list(self.cuda), "forced": self.forced}
+                "memory_gib": round(self.memory_gib, 1), "cuda": list(self.cuda), "forced": self.forced,
+                **({"hold": hold_env(self)} if self.forced else {})}
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
@@ -167,6 +170,13 @@ def hold_torch_probes(hw: Hardware | None = None) -> None:
             *([] if hw.cpu_bf16 else ["_is_avx512_bf16_supported", "_is_amx_tile_supported"])]
     for probe in held:
         setattr(torch.cpu, probe, lambda: False)
+
+
+def hold_env(hw: Hardware | None = None) -> dict[str, str]:
+    """Where detection is forced to AVX2: each kernel library's cap as this process has it ("" unset), so a results
+    file says how much of the machine was held. {} otherwise."""
+    hw = hw or detect()
+    return dict(envs.CPU_HOLD_ENV) if hw.forced in ("baseline", "avx2") else {}
 
 
 def threads(num_cpus: float, hw: Hardware | None = None) -> int:

@@ -9,8 +9,8 @@ For each engine, at 1, 8 and 32 concurrent clients:
 Also the resident memory of the processes that generate. Median of --repeats runs per point; writes
 benchmarks/results/generate-<date>-<cpu level>-<cpu>.json with the machine it ran on and regenerates README's table for
 that CPU level. A 503 from admission is asked again after its Retry-After (counted in `query_refused`), as a client
-should. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` in front runs an AVX2 machine's
-dtype (float32) and vLLM's AVX2 kernels here.
+should. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2` in front
+runs an AVX2 machine's dtype (float32) and vLLM's AVX2 kernels here.
 
     python benchmarks/generate_bench.py [--repeats 3] [--max-tokens 32]
 """

@@ -19,8 +19,9 @@ the baseline in PyTorch fp32 as a plain script does.
 nDCG@10 on the SciFact dev queries with every corpus document embedded whole ("title\ntext", the model's 256-token
 truncation) by PyTorch and OpenVINO, each in fp32 and bf16, and the encoding time of each. The results go to
 `benchmarks/results/ingest-<date>-<cpu level>-<cpu>.json` with the machine they ran on, and README's table for that CPU
-level is rewritten. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2` in front measures an
-AVX2 machine's choices and kernels on a faster CPU (README, "Measuring another CPU").
+level is rewritten. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`
+in front measures an AVX2 machine's choices and kernels on a faster CPU (docs/guides/configuration.md, "Measuring
+another CPU"; OpenVINO's MLAS products keep this CPU's kernels).
 """
 
 from __future__ import annotations

@@ -620,6 +620,19 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
         if (mp := ratios.get(f"ragline-mp_tokens_per_s_vs_vllm_x{top}")) is not None:
             lines[-1] += (f" With vLLM's multiprocess executor (`ragline-mp`): **{mp:.2f}x**, TTFT "
                           f"{ratios[f'ragline-mp_ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms.")
+    top = r["clients"][-1]
+    if all("cpu_s" in x[f"x{top}"] for x in sides.values()):
+        roles = sorted({k for x in sides.values() for k in x[f"x{top}"]["cpu_s"]},
+                       key=lambda k: -max(x[f"x{top}"]["cpu_s"].get(k, 0.0) for x in sides.values()))
+        lines += ["", f"CPU seconds per 1,000 answer tokens at {top} clients, by process (median of the repeats):", "",
+                  "| process | " + " | ".join(labels.get(n, n) for n in sides) + " |",
+                  "|---|" + "---|" * len(sides)]
+        per_k = {n: 1000 / (x[f"x{top}"]["tokens_per_s"] * x[f"x{top}"]["wall_s"]) for n, x in sides.items()}
+        for k in [*roles, "all"]:
+            cells = [sum(x[f"x{top}"]["cpu_s"].values()) if k == "all" else x[f"x{top}"]["cpu_s"].get(k, 0.0)
+                     for x in sides.values()]
+            lines.append(f"| {k} | " + " | ".join(f"{c * f:.1f}" for c, f in zip(cells, per_k.values(),
+                                                                                   strict=True)) + " |")
     stages = sides.get("ragline", {}).get(f"x{r['clients'][0]}", {}).get("stages_p50_ms")
     if stages:
         lines += ["", f"Where Ragline's time goes at {r['clients'][0]} client (p50 of its own stage timings, ms): "
@@ -648,6 +661,24 @@ def train_table(r: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
+def flops_table(r: dict[str, Any], source: str) -> str:
+    """benchmarks/flops_bench.py: each way of embedding against the CPU's one-thread float32 peak."""
+    p, shape = r["peak_gflop_per_s"], "x".join(map(str, r["peak_shape"]))
+    lines = [f"{r['chunks']} SciFact chunks ({r['gflop']:,.0f} GFLOP of matrix products), all-MiniLM-L6-v2, median of "
+             f"{r['repeats']} runs; one thread's float32 peak on a {shape} product: PyTorch {p['torch']:.0f} GFLOP/s, "
+             f"OpenVINO {p['openvino']:.0f}, the rows' share is of {r['peak_used']:.0f} (`{r['command']}`, "
+             f"{r['date']}, {source}):", "",
+             "| embedding | threads | texts/s | GFLOP/s | of the fp32 peak per thread | cosine to fp32 (min) | "
+             "OpenVINO's FullyConnected kernels |", "|---|---|---|---|---|---|---|"]
+    for name, s in r["sides"].items():
+        kernels = ", ".join(f"{k} x{n}" for k, n in (s["fc_kernels"] or {}).items())
+        lines.append(f"| {name} | {s['threads']} | {s['texts_per_s']:.1f} | {s['gflop_per_s']:.1f} | "
+                     f"{s['of_peak']:.0%} | {s['cosine_min']:.4f} | {kernels} |")
+    lines += ["", f"The most a float32 pipeline on {r['hardware']['cores']} cores could gain over the plain script, "
+                  f"each core at the peak: **{r['fp32_ceiling_over_plain']:.2f}x** (ingest's goal 1.8x)."]
+    return "\n".join(lines)
+
+
 def ci_table(r: dict[str, Any], source: str) -> str:
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(r["counts"].items()))
     lines = [f"A fresh clone's `.ci/run`: **{r['clone_wall_s'] / 60:.1f} min** (budget {r['budget_s'] / 60:.0f}), "
@@ -669,7 +700,7 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "sync": sync_table, "filter": filter_table,
                                                            "adapt": adapt_table, "peers": peers_table,
                                                            "ceiling": ceiling_table,
-                                                           "peers_answer": peers_answer_table}
+                                                           "peers_answer": peers_answer_table, "flops": flops_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
            "sft_cpu": "sft_cpu_bench.py", "hostile": "hostile_bench.py", "ingest": "ingest_bench.py",
            "serve": "serve_bench.py", "scale": "scale_bench.py", "train": "train_bench.py",
@@ -677,7 +708,7 @@ SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": 
            "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py",
            "sync": "sync_bench.py", "filter": "filter_bench.py", "adapt": "adapt_bench.py",
            "peers": "peers_bench.py", "ceiling": "ceiling_bench.py",
-           "peers_answer": "peers_answer_bench.py"}
+           "peers_answer": "peers_answer_bench.py", "flops": "flops_bench.py"}
 # Tables whose benchmark has no committed results file yet: their block says so instead of failing the render.
 PENDING = {"peers": "python benchmarks/peers_bench.py", "ceiling": "python benchmarks/ceiling_bench.py",
            "peers_answer": "python benchmarks/peers_answer_bench.py"}

@@ -26,6 +26,9 @@ def test_a_forced_level_hides_what_is_above_it():
     forced = hw(EPYC_BF16, "avx2")
     assert forced.level == "avx2" and forced.flags == ("avx2", "fma") and forced.forced == "avx2"
     assert "(forced avx2)" in forced.summary() and forced.record()["forced"] == "avx2"
+    # a held result says which kernel libraries' caps were set beside it
+    assert set(forced.record()["hold"]) == {"ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS"}
+    assert "hold" not in hw(EPYC_BF16).record()
     assert hardware.forced_level("AVX512") == "avx512" and hardware.forced_level("") is None
     with pytest.raises(UserError, match="RAGLINE_CPU_ISA='sse9'"):
         hardware.forced_level("sse9")
