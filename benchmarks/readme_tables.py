@@ -75,9 +75,15 @@ def machine(r: dict[str, Any]) -> str:
     if hw is None:
         return "On an AMD EPYC with AVX512-BF16 (measured before results files named their CPU):"
     if hw.get("forced"):
-        return (f"On {hw['cpu']} held to {hw['forced']} (`RAGLINE_CPU_ISA`: an {hw['forced']} machine's choices and "
-                f"kernels on a faster CPU, see Measuring another CPU), {hw['cores']} cores, "
-                f"{hw['memory_gib']:.0f} GiB:")
+        from app.envs import CPU_HOLD_AVX2
+
+        # Results from before the caps were recorded were held with oneDNN's and ATen's alone.
+        hold = hw.get("hold", {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"})
+        unset = [k for k in CPU_HOLD_AVX2 if not hold.get(k)]
+        gaps = f"; {', '.join(unset)} unset, so its kernels ran this CPU's own" if unset else ""
+        return (f"On {hw['cpu']} held to {hw['forced']} (`RAGLINE_CPU_ISA` and the kernel libraries' caps: an "
+                f"{hw['forced']} machine's choices and kernels on a faster CPU, OpenVINO's MLAS products excepted"
+                f"{gaps}; see Measuring another CPU), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:")
     return f"On {hw['cpu']} ({hw['level']}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
 
 
