@@ -18,7 +18,10 @@ Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), s
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
 tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
 Ragline's per-stage timings (the `ragline.timings_ms` of its last chunk) are recorded beside: where its time goes.
-Each side's cold start (from the deploy or the spawn to the first answer) is recorded too.
+Each side's cold start (from the deploy or the spawn to the first answer) is recorded too, and the CPU seconds each
+process spent during each client count, by role (each Serve deployment's replicas, vLLM's engine core, HAProxy or
+vllm serve's API server, Ray's own processes, this benchmark's client): on 2 cores, what the graph spends besides
+the engine is taken from the engine.
 
     python benchmarks/ceiling_bench.py [--repeats 3] [--max-tokens 32] [--only ragline serve-llm vllm]
 
@@ -116,9 +119,56 @@ def requests_for(clients: int) -> int:
     return max(clients, 3)  # every client asks once (three sequential asks at 1 client)
 
 
+def role(p: psutil.Process) -> str:
+    """Whose work a process does, by its title: a Serve deployment's replica, vLLM's engine core, HTTP (HAProxy,
+    vllm serve's API server), Ray's own processes, or this benchmark (the load's client)."""
+    if p.pid == os.getpid():
+        return "benchmark client"
+    name, cmd = p.info["name"] or "", " ".join(p.info["cmdline"] or [])
+    if name.startswith("VLLM::") or "EngineCore" in cmd:  # VLLM::EngineCore, VLLM::Worker (multiprocess executor)
+        return "vLLM engine core and worker"
+    if "ServeReplica:" in cmd:  # ray::ServeReplica:<app>:<deployment>
+        deployment = cmd.split("ServeReplica:", 1)[1].split()[0].split(":")[1]
+        return "LLM replica" if deployment.startswith("LLM") else f"{deployment} replica"
+    if "haproxy" in name:
+        return "HAProxy"
+    if "vllm.entrypoints" in cmd:
+        return "vllm serve API server"
+    if "ray" in cmd or name in ("raylet", "gcs_server"):
+        return "Ray (raylet, GCS, Serve controller, workers)"
+    return "other"
+
+
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """Every process's (role, user + system CPU seconds) now."""
+    out = {}
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            t = p.cpu_times()
+            out[p.pid] = (role(p), t.user + t.system)
+        except psutil.Error:  # gone, or not ours to read
+            continue
+    return out
+
+
+def cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds each role spent between the two readings (a process started in between counts from zero)."""
+    spent: dict[str, float] = {}
+    for pid, (name, t) in after.items():
+        spent[name] = spent.get(name, 0.0) + t - before.get(pid, (name, 0.0))[1]
+    return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+
+
 async def measure(call: Chat) -> dict[str, Any]:
+    """Each client count's numbers, with the CPU seconds each process role spent during it (on a machine with
+    nothing else running: all of it is the side's, its client's and Ray's)."""
     await run_clients(call, 2, 2)  # warm-up
-    return {f"x{c}": await run_clients(call, c, requests_for(c)) for c in CLIENTS}
+    out = {}
+    for c in CLIENTS:
+        before = cpu_seconds()
+        out[f"x{c}"] = await run_clients(call, c, requests_for(c))
+        out[f"x{c}"]["cpu_s"] = cpu_spent(before, cpu_seconds())
+    return out
 
 
 async def cold_then_measure(call: Chat, t0: float) -> tuple[float, dict[str, Any]]:
@@ -248,6 +298,7 @@ class Bench:
             m = r[f"x{c}"]
             print(f"  {side:10s} x{c:<3d} {m['tokens_per_s']:7.1f} tokens/s  TTFT p50 {m['ttft_p50_ms']:7.0f} ms  "
                   f"latency p50 {m['latency_p50_ms']:7.0f} ms  prompt {m['prompt_tokens']:.0f} tokens", flush=True)
+        print(f"  {side:10s} CPU s at x{CLIENTS[-1]}: {r[f'x{CLIENTS[-1]}']['cpu_s']}", flush=True)
         return {**r, "cold_start_s": cold}
 
 
@@ -256,10 +307,11 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"cold_start_s": statistics.median(r["cold_start_s"] for r in runs)}
     for c in CLIENTS:
         points = [r[f"x{c}"] for r in runs]
-        m: dict[str, Any] = {k: statistics.median(p[k] for p in points) for k in points[0] if k != "stages_p50_ms"}
-        if "stages_p50_ms" in points[0]:
-            m["stages_p50_ms"] = {k: statistics.median(p["stages_p50_ms"][k] for p in points)
-                                  for k in points[0]["stages_p50_ms"]}
+        m: dict[str, Any] = {k: statistics.median(p[k] for p in points) for k in points[0]
+                             if not isinstance(points[0][k], dict)}
+        for k in (k for k in points[0] if isinstance(points[0][k], dict)):  # stages_p50_ms, cpu_s
+            keys = {name for p in points for name in p.get(k, {})}
+            m[k] = {name: statistics.median(p.get(k, {}).get(name, 0.0) for p in points) for name in sorted(keys)}
         out[f"x{c}"] = m
     return out
 

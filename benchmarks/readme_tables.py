@@ -634,9 +634,10 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
                   "| process | " + " | ".join(labels.get(n, n) for n in sides) + " |",
                   "|---|" + "---|" * len(sides)]
         per_k = {n: 1000 / (x[f"x{top}"]["tokens_per_s"] * x[f"x{top}"]["wall_s"]) for n, x in sides.items()}
-        for k in [*roles, "all"]:
-            cells = [sum(x[f"x{top}"]["cpu_s"].values()) if k == "all" else x[f"x{top}"]["cpu_s"].get(k, 0.0)
-                     for x in sides.values()]
+        for k in [*roles, "all", "idle"]:  # idle: the cores' time over the run's wall time that nothing used
+            cells = [x[f"x{top}"]["cpu_s"].get(k, 0.0) if k in roles else
+                     sum(x[f"x{top}"]["cpu_s"].values()) if k == "all" else
+                     r["cpus"] * x[f"x{top}"]["wall_s"] - sum(x[f"x{top}"]["cpu_s"].values()) for x in sides.values()]
             lines.append(f"| {k} | " + " | ".join(f"{c * f:.1f}" for c, f in zip(cells, per_k.values(),
                                                                                    strict=True)) + " |")
     stages = sides.get("ragline", {}).get(f"x{r['clients'][0]}", {}).get("stages_p50_ms")
