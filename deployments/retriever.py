@@ -247,7 +247,7 @@ class Retriever:
         m = index.manifest
         return RetrieverReady(ready=True, collection=name, index_version=m.version, dataset_version=m.parent,
                               embedder=m.embedder.name, chunks=len(index.chunks),
-                              computes=f"{m.embedder.runtime} {m.embedder.precision} on "
+                              computes=f"{m.embedder.runtime} {self.encoders[_key(index)].precision} on "
                                        f"{hardware.detect().summary()}",
                               collections={c: LoadedCollection(index_version=i.version, chunks=len(i.chunks),
                                                                mib=round(self.sizes.get(c, 0) / MIB, 1))

@@ -45,6 +45,15 @@ def test_auto_choices_follow_the_cpu_and_explicit_settings_win():
     assert hardware.choose_precision("fp32", "cpu", bf16) == "fp32"
 
 
+def test_a_bf16_index_is_queried_in_fp32_where_bf16_is_emulated():
+    from app.models.embedder import query_precision
+
+    assert query_precision("bf16", "cpu", hw(EPYC_BF16)) == "bf16"
+    assert query_precision("bf16", "cpu", hw(EPYC_AVX2)) == "fp32"  # built on an AMX node, served on an AVX2 one
+    assert query_precision("bf16", "cpu", hw(EPYC_BF16, "avx2")) == "fp32"
+    assert query_precision("fp32", "cpu", hw(EPYC_BF16)) == "fp32"
+
+
 def test_threads_never_exceed_the_cores():
     two = hw(EPYC_AVX2)
     assert two.cores >= 1
