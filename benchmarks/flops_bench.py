@@ -20,9 +20,10 @@ pipeline computing in the same precision on the same cores cannot pass it by muc
    peak of step 1 (the higher of the two; held to a lower level, PyTorch's, the one the hold reaches): cores x peak /
    the plain script's GFLOP/s. Ragline's ingest goal is 1.8x on every CPU.
 
-Held to a lower level (README, "Measuring another CPU"), the results record which of the hold's variables were set,
-and OpenVINO's rows show what it ran: in OpenVINO's release wheels the matrix products it hands to MLAS keep this
-CPU's own kernels (only oneDNN's are held), so those rows are faster than an AVX2 machine's would be.
+Held to a lower level (docs/guides/configuration.md, "Measuring another CPU"), the results record which of the
+hold's variables were set, and OpenVINO's rows show what it ran: in OpenVINO's release wheels the matrix products it
+hands to MLAS keep this CPU's own kernels (only oneDNN's are held), so those rows are faster than an AVX2 machine's
+would be.
 
 Writes benchmarks/results/flops-<date>-<cpu level>-<cpu>.json and the docs' table (or `--out FILE` alone).
 """
