@@ -310,8 +310,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         m: dict[str, Any] = {k: statistics.median(p[k] for p in points) for k in points[0]
                              if not isinstance(points[0][k], dict)}
         for k in (k for k in points[0] if isinstance(points[0][k], dict)):  # stages_p50_ms, cpu_s
-            keys = {name for p in points for name in p.get(k, {})}
-            m[k] = {name: statistics.median(p.get(k, {}).get(name, 0.0) for p in points) for name in sorted(keys)}
+            keys = dict.fromkeys(name for p in points for name in p.get(k, {}))  # in the order first seen
+            m[k] = {name: statistics.median(p.get(k, {}).get(name, 0.0) for p in points) for name in keys}
         out[f"x{c}"] = m
     return out
 

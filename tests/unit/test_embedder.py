@@ -35,6 +35,10 @@ def test_the_cross_encoder_scores_in_bf16_close_to_fp32():
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_openvino_gives_sentence_transformers_vectors(precision, tmp_path, monkeypatch):
+    if precision == "bf16" and hardware.detect().forced:
+        # Held (RAGLINE_CPU_ISA with ONEDNN_MAX_CPU_ISA), OpenVINO's own CPU check still sees bf16 while oneDNN has
+        # no bf16 kernels left: compiling fails, where a real AVX2 CPU's OpenVINO computes fp32.
+        pytest.skip("OpenVINO bf16 cannot run on a CPU held below its own level")
     monkeypatch.setattr(envs, "RAGLINE_CACHE", str(tmp_path))  # a fresh conversion, kept in the cache
     ref = embedder.Encoder("all-MiniLM-L6-v2", "fp32").encode(TEXTS)
     ov = embedder.Encoder("all-MiniLM-L6-v2", precision, runtime="openvino", threads=1)
