@@ -627,19 +627,22 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
             lines[-1] += (f" With vLLM's multiprocess executor (`ragline-mp`): **{mp:.2f}x**, TTFT "
                           f"{ratios[f'ragline-mp_ttft_p50_ms_minus_vllm_x{one}']:+.0f} ms.")
     top = r["clients"][-1]
-    if all("cpu_s" in x[f"x{top}"] for x in sides.values()):
-        roles = sorted({k for x in sides.values() for k in x[f"x{top}"]["cpu_s"]},
-                       key=lambda k: -max(x[f"x{top}"]["cpu_s"].get(k, 0.0) for x in sides.values()))
+    at_top = {n: x[f"x{top}"] for n, x in sides.items()}
+    if all("cpu_s" in m for m in at_top.values()):
+        roles = sorted({k for m in at_top.values() for k in m["cpu_s"]},
+                       key=lambda k: -max(m["cpu_s"].get(k, 0.0) for m in at_top.values()))
+
+        def cpu(m: dict[str, Any], k: str) -> float:
+            """A role's CPU seconds; "all" of them; "idle": the cores' time over the wall time that nothing used."""
+            used = sum(m["cpu_s"].values())
+            return used if k == "all" else r["cpus"] * m["wall_s"] - used if k == "idle" else m["cpu_s"].get(k, 0.0)
+
         lines += ["", f"CPU seconds per 1,000 answer tokens at {top} clients, by process (median of the repeats):", "",
                   "| process | " + " | ".join(labels.get(n, n) for n in sides) + " |",
                   "|---|" + "---|" * len(sides)]
-        per_k = {n: 1000 / (x[f"x{top}"]["tokens_per_s"] * x[f"x{top}"]["wall_s"]) for n, x in sides.items()}
-        for k in [*roles, "all", "idle"]:  # idle: the cores' time over the run's wall time that nothing used
-            cells = [x[f"x{top}"]["cpu_s"].get(k, 0.0) if k in roles else
-                     sum(x[f"x{top}"]["cpu_s"].values()) if k == "all" else
-                     r["cpus"] * x[f"x{top}"]["wall_s"] - sum(x[f"x{top}"]["cpu_s"].values()) for x in sides.values()]
-            lines.append(f"| {k} | " + " | ".join(f"{c * f:.1f}" for c, f in zip(cells, per_k.values(),
-                                                                                   strict=True)) + " |")
+        for k in [*roles, "all", "idle"]:
+            lines.append(f"| {k} | " + " | ".join(f"{cpu(m, k) * 1000 / (m['tokens_per_s'] * m['wall_s']):.1f}"
+                                                  for m in at_top.values()) + " |")
     stages = sides.get("ragline", {}).get(f"x{r['clients'][0]}", {}).get("stages_p50_ms")
     if stages:
         lines += ["", f"Where Ragline's time goes at {r['clients'][0]} client (p50 of its own stage timings, ms): "
