@@ -35,7 +35,7 @@ GRAPH_DEPLOYMENT_OPTIONS = {
     "Generator": {"ray_actor_options": {"num_cpus": 0.05}},
 }
 GRAPH_OVERRIDES = ["serve.generator.max_new_tokens=400", "serve.generator.stop=[]",
-                   "serve.generator.vllm.kv_cache_gib=1", "serve.poll_interval_s=0.5",
+                   "serve.generator.vllm.kv_cache_gib=1", "serve.poll_interval_s=1",
                    "serve.api.generation_budget_s=20"]
 
 

@@ -99,7 +99,8 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
     rows = written.map_batches(
         RoundTrip, fn_constructor_kwargs={"storage_uri": storage.uri, "index_version": index.version,
                                           "search": search.model_dump(), "mode": cfg.round_trip_mode,
-                                          "k": cfg.round_trip_k}, batch_size=64, concurrency=1).take_all()
+                                          "k": cfg.round_trip_k},
+        batch_size=64, compute=ray.data.ActorPoolStrategy(size=1)).take_all()
     round_trip_s = time.monotonic() - started
     assert len(rows) == len(picked), f"{len(picked)} chunks asked about, {len(rows)} came back"
 

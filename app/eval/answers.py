@@ -240,7 +240,8 @@ def evaluate_answers(dataset: Path, split: str, endpoint: Endpoint, storage: Sto
     rows = cast(list[AnswerRow], (
         ray.data.from_items([{"qid": q.qid, "question": q.question} for q in questions])
         .map_batches(AskEndpoint, fn_constructor_args=(endpoint, params, per_actor), batch_size=per_actor,
-                     concurrency=actors, num_cpus=0.05)  # waits on HTTP: no CPU of the graph's
+                     compute=ray.data.ActorPoolStrategy(size=actors),
+                     num_cpus=0.05)  # waits on HTTP: no CPU of the graph's
         .take_all()))
     wall = time.perf_counter() - t0
     if all(r["error"] for r in rows):

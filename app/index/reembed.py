@@ -35,9 +35,6 @@ class Reembed:
     per actor; normalised float32 vectors."""
 
     def __init__(self, info: EmbedderInfo, include_title: bool, encode_batch_size: int, device: str, threads: int):
-        import torch
-
-        torch.set_num_threads(threads)
         self.encoder = embedder.Encoder(embedder.weights(info), info.precision, device, info.runtime, threads)
         self.include_title, self.encode_batch_size = include_title, encode_batch_size
 

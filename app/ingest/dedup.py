@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-from datasketch import MinHash, MinHashLSH
+
+# datasketch is imported where it is used: its package imports scipy.integrate (0.5 s), which every ingest
+# process that imports the stages module (the run's ledger, parsers, embedding actors) would pay for nothing
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 # Signatures are stored with each dataset version and compared across runs: pin the hashing scheme.
@@ -24,6 +27,8 @@ def shingles(text: str, n: int) -> set[bytes]:
 
 def signature(text: str, num_perm: int, shingle_words: int) -> np.ndarray:
     """MinHash signature, shape (num_perm,), uint64."""
+    from datasketch import MinHash
+
     m = MinHash(num_perm=num_perm, scheme=SCHEME)
     m.update_batch(list(shingles(text, shingle_words)))
     return m.hashvalues.astype(np.uint64)
@@ -40,6 +45,8 @@ class DedupIndex:
     ids: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        from datasketch import MinHashLSH
+
         self.lsh = MinHashLSH(threshold=self.threshold, num_perm=self.num_perm)
         self.signatures: dict[str, np.ndarray] = {}
 
@@ -48,7 +55,7 @@ class DedupIndex:
         self.hashes.setdefault(content_hash, doc_id)
         if sig is not None and doc_id not in self.signatures:
             self.signatures[doc_id] = sig
-            self.lsh.insert(doc_id, MinHash(num_perm=self.num_perm, hashvalues=sig, scheme=SCHEME))
+            self.lsh.insert(doc_id, _minhash(self.num_perm, sig))
 
     def remove(self, doc_id: str) -> None:
         """Forget a document (its file is read again in the same run: it must not be a duplicate of itself)."""
@@ -70,7 +77,7 @@ class DedupIndex:
 
     def check_near(self, doc_id: str, sig: np.ndarray) -> str | None:
         """The id of the most similar kept document above threshold, else None (and indexes this one)."""
-        m = MinHash(num_perm=self.num_perm, hashvalues=sig, scheme=SCHEME)
+        m = _minhash(self.num_perm, sig)
         candidates = [c for c in self.lsh.query(m) if c != doc_id]
         if candidates:
             # LSH returns candidates in no order; report the closest by estimated Jaccard.
@@ -78,3 +85,10 @@ class DedupIndex:
         self.signatures[doc_id] = sig
         self.lsh.insert(doc_id, m)
         return None
+
+
+def _minhash(num_perm: int, sig: np.ndarray) -> Any:
+    """The datasketch MinHash of a stored signature."""
+    from datasketch import MinHash
+
+    return MinHash(num_perm=num_perm, hashvalues=sig, scheme=SCHEME)

@@ -429,9 +429,6 @@ class Embedder:
                  include_title: bool, device: str, threads: int, reuse: Mapping[str, np.ndarray]):
         """`reuse`: vectors already computed (by `embedder.embed_text` key hash, `reuse_key`) for the chunks of
         documents this run replaces: a chunk whose text did not change is not embedded again."""
-        import torch
-
-        torch.set_num_threads(threads)
         self.ledger = ledger
         self.encoder = embedder.Encoder(model, variant.precision, device, variant.runtime, threads)
         self.encode_batch_size, self.include_title = encode_batch_size, include_title

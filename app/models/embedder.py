@@ -110,7 +110,8 @@ def choose_runtime(wanted: Literal["auto", "torch", "openvino"], spec: str, devi
 class Encoder:
     """A loaded embedding model on one runtime at one precision: texts in, (n, dim) unit-length float32 vectors out.
 
-    `threads`: the CPU threads one encode uses (default: PyTorch's setting in this process)."""
+    `threads`: the CPU threads one encode uses (default: PyTorch's setting in this process; with PyTorch, setting
+    it sets the process's)."""
 
     def __init__(self, spec: str, precision: Precision, device: str = "cpu", runtime: Runtime = "torch",
                  threads: int | None = None):
@@ -129,6 +130,10 @@ class Encoder:
                                                                lambda: load(spec, device))
             self.dim: int = self.openvino.dim
             return
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)
         self.model = load(spec, device)
         dim = self.model.get_embedding_dimension()
         assert dim is not None, "the embedding model does not report its dimension"

@@ -159,8 +159,8 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> t
     # 256 rows spans about one article). Seeded, so a resumed run sees the same order.
     random.Random(cfg.seed).shuffle(rows)
     return ray.data.from_items(rows).map_batches(
-        RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64, concurrency=1,
-        num_cpus=PREP_CPUS), unanswered
+        RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64,
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS), unanswered
 
 
 def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
@@ -176,7 +176,7 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
         parts.append(examples)
     records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
     ds = records.map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()), batch_size=256,
-                             concurrency=1, num_cpus=PREP_CPUS)
+                             compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS)
     ds, counts = _reconcile(ds, cfg)
     if unanswered:  # left out before they became records: counted with the drops, so the counts reconcile
         counts["records"] += unanswered
@@ -247,9 +247,9 @@ def prepare_groups(cfg: TrainJobConfig, pairs: RerankerDataConfig, storage: Stor
     ds: ray.data.Dataset = ray.data.from_items(rows)
     mining = pairs.model_dump(include=set(RerankerDataConfig.model_fields))  # the embedder's has more fields
     ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, mining, cfg.seed),
-                        batch_size=64, concurrency=1)
+                        batch_size=64, compute=ray.data.ActorPoolStrategy(size=1))
     ds = ds.map_batches(tokenize, fn_constructor_args=tokenize_args, batch_size=64,
-                        concurrency=1).select_columns(columns).materialize()
+                        compute=ray.data.ActorPoolStrategy(size=1)).select_columns(columns).materialize()
     n = ds.count()
     if not n:
         raise UserError(f"none of the {len(rows)} queries' documents is in index version {version} of "
