@@ -83,7 +83,7 @@ def model_flops(texts: list[str]) -> float:
     tok = embedder.load_tokenizer("all-MiniLM-L6-v2")
     total = 0.0
     for text in texts:
-        n = min(256, len(tok(text)["input_ids"]))
+        n = min(256, len(tok.encode(text).ids))
         total += layers * (2 * n * (4 * d * d + 2 * d * f) + 4 * n * n * d)
     return total
 

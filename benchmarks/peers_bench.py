@@ -136,7 +136,7 @@ def tokens_per_word(corpus: Path, model: str) -> float:
     tok = embedder.load_tokenizer(model)
     texts = [json.loads(line).get("text") or "" for line in corpus.read_text(encoding="utf-8").splitlines()
              if line.strip()]
-    tokens = sum(len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"])
+    tokens = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
     return tokens / max(sum(len(t.split()) for t in texts), 1)
 
 

@@ -39,7 +39,7 @@ from deployments.readiness import Unanswered
 from deployments.watch import Watcher
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from tokenizers import Tokenizer
 
 log = logging.getLogger("ray.serve")
 RETRIEVE_CALLS = 2  # calls to the Retriever in flight per Ingress replica
@@ -110,7 +110,7 @@ class IndexEmbedder:
 
     def __init__(self, storage: Storage, index_version: int | None, configured: str, poll_interval_s: float):
         self.storage, self.index_version = storage, index_version
-        self.tokenizers: dict[str, PreTrainedTokenizerBase] = {}  # name → tokenizer (tokenizers only: no weights)
+        self.tokenizers: dict[str, Tokenizer] = {}  # name → tokenizer (tokenizers only: no weights)
         self._name = configured
         self._refresh()
         self.watcher = Watcher("the served index's embedder", self._refresh, poll_interval_s, lambda: self._name)
@@ -128,7 +128,7 @@ class IndexEmbedder:
         return self._name
 
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizers[self._name](text, add_special_tokens=False)["input_ids"])
+        return len(self.tokenizers[self._name].encode(text, add_special_tokens=False).ids)
 
 
 @dataclass(frozen=True)

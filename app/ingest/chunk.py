@@ -7,7 +7,10 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def token_spans(offsets: list[tuple[int, int]], text_len: int, chunk_tokens: int
 MAX_TOKEN_CHARS = 64  # a longer "token" is an [UNK] for a run of junk (base64, a hash, a URL): split it
 
 
-def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int,
+def chunk_text(text: str, tokenizer: Tokenizer, chunk_tokens: int, overlap: int,
                sections: Sequence[tuple[int, int]] = ()) -> list[Span]:
     """Spans of at most `chunk_tokens` tokens and `chunk_tokens * MAX_TOKEN_CHARS` characters: a token longer
     than MAX_TOKEN_CHARS counts as one per MAX_TOKEN_CHARS characters, so a 100 kB word is many chunks, not one.
@@ -66,9 +69,8 @@ def chunk_text(text: str, tokenizer: Any, chunk_tokens: int, overlap: int,
     `sections`: the (start, end) character spans of the document's sections, in order. A chunk does not cross a
     section boundary, except to pack whole sections too small for a chunk of their own into one (slides, short
     headed paragraphs); a section longer than a chunk is windowed on its own."""
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False)
     offsets: list[tuple[int, int]] = []
-    for start, end in enc["offset_mapping"]:
+    for start, end in tokenizer.encode(text, add_special_tokens=False).offsets:
         while end - start > MAX_TOKEN_CHARS:
             offsets.append((start, start + MAX_TOKEN_CHARS))
             start += MAX_TOKEN_CHARS

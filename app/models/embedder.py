@@ -30,7 +30,7 @@ from app.storage import Storage
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-    from transformers import PreTrainedTokenizerBase
+    from tokenizers import Tokenizer
 
     from app.config import EmbedConfig
 
@@ -82,13 +82,23 @@ def load(spec: str, device: str = "cpu") -> SentenceTransformer:
     return SentenceTransformer(resolve(spec), device=device)
 
 
-def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
-    from transformers import AutoTokenizer
+def load_tokenizer(spec: str) -> Tokenizer:
+    """The embedder's fast tokenizer as the `tokenizers` library runs it, untruncated and unpadded: what chunking
+    and the API's limits count with. `tokenizer.json` is read directly: transformers' AutoTokenizer gives the same
+    tokens and offsets (all 21,429 texts of SciFact's corpus and SQuAD's dev-a checked) but imports PyTorch on the
+    way (4.6 s in a fresh process, against 0.2)."""
+    from tokenizers import Tokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve(spec))
-    # We chunk whole documents, then feed the model ≤ max_seq_length tokens: silence the "sequence too long"
-    # warning the tokenizer raises when measuring a long document.
-    tok.model_max_length = 1 << 30
+    path = Path(resolve(spec))
+    if (path / "tokenizer.json").is_file():
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    else:  # a vocabulary file only (older hub models): transformers converts it
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(resolve(spec)).backend_tokenizer
+    # whole documents are measured and chunked: the model's truncation (e.g. 128 tokens) applies only when embedding
+    tok.no_truncation()
+    tok.no_padding()
     return tok
 
 

@@ -34,7 +34,7 @@ def test_offsets_point_back_into_the_text(tokenizer):
     for s in spans:
         assert 40 <= s.n_tokens <= 50 or s is spans[-1]
         piece = text[s.start_char : s.end_char]
-        assert piece == piece.strip() and len(tokenizer(piece, add_special_tokens=False)["input_ids"]) == s.n_tokens
+        assert piece == piece.strip() and len(tokenizer.encode(piece, add_special_tokens=False).ids) == s.n_tokens
 
 
 def test_chunk_ids_are_deterministic_and_depend_on_embedder():

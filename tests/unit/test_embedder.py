@@ -59,21 +59,23 @@ def test_openvino_gives_sentence_transformers_vectors(precision, tmp_path, monke
     assert embedder.choose_runtime("auto", "all-MiniLM-L6-v2", "cuda") == "torch"
 
 
-def test_an_openvino_embedding_actor_loads_no_pytorch():
-    """Every ingest and re-embedding run starts an embedding actor per CPU slot: with OpenVINO (the CPU default),
-    once the model is converted, one imports neither PyTorch (2 s of a start, and its memory) nor the SciPy that
-    datasketch's package brings (0.5 s)."""
+def test_embedding_actors_and_the_chunking_tokenizer_load_no_pytorch():
+    """Every ingest and re-embedding run starts an embedding actor per CPU slot, and chunks in task workers: with
+    OpenVINO (the CPU default), once the model is converted, neither imports PyTorch (2 s of a start and its memory
+    in each; transformers' AutoTokenizer imports it too) nor the SciPy that datasketch's package brings (0.5 s)."""
     embedder.Encoder("all-MiniLM-L6-v2", "fp32", runtime="openvino", threads=1)  # converted here if it is not yet
     code = """import sys
 from app.catalog import EmbedderInfo
 from app.index.reembed import Reembed
+from app.ingest.chunk import chunk_text
 from app.ingest.stages import Embedder
-from app.models.embedder import Variant
+from app.models.embedder import Variant, load_tokenizer
 Embedder(ledger=None, model="all-MiniLM-L6-v2", variant=Variant("openvino", "fp32"), encode_batch_size=8,
          include_title=False, device="cpu", threads=1, reuse={}).encoder.encode(["a zebra"])
 info = EmbedderInfo(name="all-MiniLM-L6-v2", revision="", dim=384, runtime="openvino")
 Reembed(info, include_title=False, encode_batch_size=8, device="cpu", threads=1)
-print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "scipy", "datasketch"}))
+assert len(chunk_text("Zebras migrate north. " * 40, load_tokenizer("all-MiniLM-L6-v2"), 32, 4)) > 1
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "scipy", "datasketch"}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
