@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from datasketch import MinHash
 
 # datasketch is imported where it is used: its package imports scipy.integrate (0.5 s), which every ingest
 # process that imports the stages module (the run's ledger, parsers, embedding actors) would pay for nothing
@@ -87,7 +90,7 @@ class DedupIndex:
         return None
 
 
-def _minhash(num_perm: int, sig: np.ndarray) -> Any:
+def _minhash(num_perm: int, sig: np.ndarray) -> MinHash:
     """The datasketch MinHash of a stored signature."""
     from datasketch import MinHash
 

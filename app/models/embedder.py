@@ -90,8 +90,8 @@ def load_tokenizer(spec: str) -> Tokenizer:
     from tokenizers import Tokenizer
 
     where = resolve(spec)
-    if (Path(where) / "tokenizer.json").is_file():
-        tok = Tokenizer.from_file(str(Path(where) / "tokenizer.json"))
+    if (file := Path(where) / "tokenizer.json").is_file():
+        tok = Tokenizer.from_file(str(file))
     else:  # a vocabulary file only (older hub models): transformers converts it
         from transformers import AutoTokenizer
 
