@@ -13,7 +13,11 @@ Each reranker is scored as served: the hybrid retriever's top `serve.reranker.ca
 cross-encoder fused with the retriever's order ("hybrid+rerank"). The qrels-trained reranker's figure is quoted
 from the newest benchmarks/results/quality-*.json (benchmarks/quality.py trains it: 25 minutes), not rerun.
 
-    .venv/bin/python benchmarks/adapt_bench.py [--chunks 800] [--dataset ../shared/datasets/scifact]
+    .venv/bin/python benchmarks/adapt_bench.py [--chunks 800] [--dataset ../shared/datasets/scifact] [--writer qgen]
+
+`--writer qgen`: the question writer is first trained here by `ragline train qgen` (deployments/jobs/qgen.yaml:
+SmolLM2 fine-tuned on SQuAD's train articles; bf16 where the CPU has it natively), and adapt writes with it;
+`prompted` (the default): the packaged SmolLM2, prompted.
 
 Writes benchmarks/results/adapt-<date>-<cpu>.json (with each stage's time on this machine) and the table in
 docs/benchmarks.md. One run of each (training is minutes on 2 cores): the quality figures are one seed's.
@@ -51,12 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", type=Path, default=ROOT.parent / "shared" / "datasets" / "scifact")
     ap.add_argument("--chunks", type=int, default=800, help="chunks adapt writes a question about")
+    ap.add_argument("--writer", choices=("prompted", "qgen"), default="prompted",
+                    help="the packaged SmolLM2 prompted, or fine-tuned first by deployments/jobs/qgen.yaml")
     ap.add_argument("--out", type=Path, default=None, help="results file (default: benchmarks/results/, and the "
                     "docs table is rewritten)")
     args = ap.parse_args(argv)
     dataset = args.dataset.resolve()
     import ray
 
+    from app import hardware
     from app.adapt.run import TRAIN, adapt
     from app.catalog import Catalog
     from app.config import AppConfig
@@ -66,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.models import embedder, trained
     from app.raycluster import NAMESPACE
     from app.storage import Storage
-    from app.train.config import parse_job_config
+    from app.train.config import load_job_config, parse_job_config
     from app.train.run import run_training
 
     ray.init(address="local", num_cpus=os.cpu_count(), namespace=NAMESPACE, include_dashboard=False,
@@ -75,7 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rl-adapt-") as tmp:
         root = f"{tmp}/store"
         corpus = Storage(f"{root}/eval/{dataset.name}")  # where evaluate_retrieval ingests the corpus
-        cfg = AppConfig.model_validate({"adapt": {"chunks": args.chunks}})
+        qgen_s = None
+        writer: dict[str, Any] = {}
+        if args.writer == "qgen":
+            t0 = time.perf_counter()
+            qgen = load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen",
+                                   ["precision=bf16"] if hardware.detect().cpu_bf16 else [])
+            record = run_training(qgen, Storage(root))
+            assert record["state"] == "succeeded", record
+            qgen_s = time.perf_counter() - t0
+            version = int(record["model"]["version"])
+            writer = {"writer": {"model": trained.local_dir(Catalog(Storage(root)).get_model("qgen", version),
+                                                            Storage(root))}}
+        cfg = AppConfig.model_validate({"adapt": {"chunks": args.chunks} | writer})
         t0 = time.perf_counter()
         ensure_index(dataset, corpus, cfg)
         ingest_s = time.perf_counter() - t0
@@ -123,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
            "qrels_rerank": quality["median"]["hybrid+rerank"][metric]}
     result = {
         "benchmark": "adapt", "date": dt.date.today().isoformat(),
-        "command": f"benchmarks/adapt_bench.py --chunks {args.chunks}", "dataset": dataset.name, "split": "dev",
+        "command": f"benchmarks/adapt_bench.py --chunks {args.chunks} --writer {args.writer}",
+        "writer": args.writer, "dataset": dataset.name, "split": "dev",
         "metric": metric, "ndcg": row,
         "ratios": {"adapt_over_self_pairs": round(row["adapt_rerank"] / row["self_pairs_rerank"], 4),
                    "adapt_over_hybrid": round(row["adapt_rerank"] / row["untrained"]["hybrid"], 4),
@@ -132,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                    "adapt_both_over_hybrid": round(row["adapt_embedder_rerank"] / row["untrained"]["hybrid"], 4)},
         "qrels_source": readme_tables.latest("quality").name,
         "adapt": report.model_dump(), "adapt_embedder": embedder_report.model_dump(),
-        "seconds": {"ingest": round(ingest_s, 1), "write_questions": report.questions.write_s,
+        "seconds": {"ingest": round(ingest_s, 1), **({"qgen_train": round(qgen_s, 1)} if qgen_s else {}),
+                    "write_questions": report.questions.write_s,
                     "round_trip": report.questions.round_trip_s, "train": report.roles[0].train_s,
                     "judge": report.roles[0].judge_s, "adapt": round(adapt_s, 1),
                     "self_pairs_train": round(self_pairs_s, 1), "embedder_train": role.train_s,

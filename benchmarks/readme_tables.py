@@ -110,8 +110,11 @@ def adapt_table(r: dict[str, Any], source: str) -> str:
     n, a, sec = r["ndcg"], r["adapt"], r["seconds"]
     counts = a["questions"]["counts"]
     reranker = a["roles"][0] if "roles" in a else a  # results before the embedder joined hold one role, unnamed
+    writer = ("SmolLM2 fine-tuned on SQuAD's train articles (`ragline train qgen`)" if r.get("writer") == "qgen"
+              else "the packaged SmolLM2, prompted")
     lines = [
-        f"SciFact {r['split']} nDCG@10, no labels read (`{r['command']}`, {r['date']}, {source}):",
+        f"SciFact {r['split']} nDCG@10, no labels read (`{r['command']}`, {r['date']}, {source}); question writer: "
+        f"{writer}:",
         "",
         "| ranking | nDCG@10 |",
         "|---|---|",
@@ -136,12 +139,40 @@ def adapt_table(r: dict[str, Any], source: str) -> str:
     ]
     if "adapt_embedder" in r:
         lines[-1] += " " + _gate("embedder", r["adapt_embedder"]["roles"][0])
-    lines[-1] += (f" Seconds: writing {sec['write_questions']:.0f} (the engine's load included), round trip "
+    lines[-1] += " Seconds: " + (f"training the writer {sec['qgen_train']:.0f}, " if "qgen_train" in sec else "")
+    lines[-1] += (f"writing {sec['write_questions']:.0f} (the engine's load included), round trip "
                   f"{sec['round_trip']:.0f}, reranker training {sec['train']:.0f}, judging {sec['judge']:.0f}")
     if "embedder_train" in sec:
         lines[-1] += f", embedder training {sec['embedder_train']:.0f}, re-embedding and judging " \
                      f"{sec['embedder_judge']:.0f}"
     lines[-1] += f"; adapt with the reranker alone {sec['adapt']:.0f}."
+    return "\n".join(lines)
+
+
+def adapt_answers_table(r: dict[str, Any], source: str) -> str:
+    q, runs, sec = r["questions"]["counts"], r["runs"], r["seconds"]
+    first = runs["default"]
+    rows = [("untuned default generator", runs["default"]),
+            ("fine-tuned on `ragline adapt`'s synthetic questions (no labels)", runs["adapted"])]
+    if r.get("supervised"):
+        rows.append((f"fine-tuned on the train articles' gold questions (labels; {r['supervised_source']})",
+                     r["supervised"]))
+    lines = [
+        f"SQuAD `{r['dataset']}` {r['split']} split, {first['questions']} questions asked at `/v1/query` (every "
+        f"paragraph of the file indexed, top {first['top_k']}, no reranker; `{r['command']}`, {r['date']}, "
+        f"{source}):",
+        "",
+        "| generator | F1 | exact match | citation accuracy | gold passage in prompt | \"I don't know\" |",
+        "|---|---|---|---|---|---|",
+        *(f"| {label} | {x['f1']:.1f} | {x['exact_match']:.1f} | {x['citation_accuracy']:.2f} | "
+          f"{x['gold_in_context']:.2f} | {x['idk_rate']:.2f} |" for label, x in rows),
+        "",
+        f"F1 adapted / default: {r['ratios']['f1_adapted_over_default']:.1f}x. Questions, about the dev articles' "
+        f"paragraphs only: {q['sampled']} chunks asked, {sum(q['rejected'].values())} replies held none, "
+        f"{q['dropped']} failed the round trip, {q['train']} kept for training ({r['sft_counts']['kept']} with an "
+        f"answer span became examples, {r['epochs']} epochs), {q['heldout']} held out. Seconds: "
+        + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in sec.items()) + ".",
+    ]
     return "\n".join(lines)
 
 
@@ -708,7 +739,8 @@ TABLES: dict[str, Callable[[dict[str, Any], str], str]] = {"quality": quality_ta
                                                            "documents": documents_table,
                                                            "documents_quality": documents_quality_table,
                                                            "sync": sync_table, "filter": filter_table,
-                                                           "adapt": adapt_table, "peers": peers_table,
+                                                           "adapt": adapt_table,
+                                                           "adapt_answers": adapt_answers_table, "peers": peers_table,
                                                            "ceiling": ceiling_table,
                                                            "peers_answer": peers_answer_table, "flops": flops_table}
 SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": "answers_bench.py",
@@ -717,10 +749,12 @@ SCRIPTS = {"quality": "quality.py", "generate": "generate_bench.py", "answers": 
            "ingest_scale": "ingest_scale_bench.py", "serve_profile": "serve_profile.py",
            "ci": "ci_durations.py", "documents": "documents_bench.py", "documents_quality": "documents_quality.py",
            "sync": "sync_bench.py", "filter": "filter_bench.py", "adapt": "adapt_bench.py",
+           "adapt_answers": "adapt_answers_bench.py",
            "peers": "peers_bench.py", "ceiling": "ceiling_bench.py",
            "peers_answer": "peers_answer_bench.py", "flops": "flops_bench.py"}
 # Tables whose benchmark has no committed results file yet: their block says so instead of failing the render.
-PENDING = {"peers": "python benchmarks/peers_bench.py", "ceiling": "python benchmarks/ceiling_bench.py",
+PENDING = {"adapt_answers": "python benchmarks/adapt_answers_bench.py",
+           "peers": "python benchmarks/peers_bench.py", "ceiling": "python benchmarks/ceiling_bench.py",
            "peers_answer": "python benchmarks/peers_answer_bench.py"}
 
 

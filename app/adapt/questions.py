@@ -1,10 +1,6 @@
 """Synthetic questions, the pure part: the writer's prompt, what of its reply is a question, which questions are
 held out, and the JSONL rows a synthetic set is written as (the question-set format `ragline train` and
-`eval answers` read, `app.qa.questions`).
-
-The prompt puts the passage first and ends on "Question:", so a small instruct model continues with a question
-rather than with a preamble: on SciFact, SmolLM2-135M asked with the instruction first answered "What is the answer
-to this question?" for 6 of 16 passages, with the passage first for 1 of 16.
+`eval answers` read, `app.qa.questions`). The prompt itself is `app.models.question_writer`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-PROMPT = ("{passage}\n\nWrite a question that is answered by the text above, and its short answer copied from the "
-          "text.\nQuestion:")
 MIN_WORDS, MAX_WORDS = 4, 30  # a question's length in words: shorter is a fragment, longer a copied sentence
 # what a small writer produces when it has no question: a question about questions, or the prompt echoed
 DEGENERATE = re.compile(r"\b(the answer to (this|the) question|the text above|this passage)\b", re.IGNORECASE)
@@ -45,12 +39,6 @@ class Written:
     question: str | None
     rejected: Rejection | None
     answer: str | None = None  # the reply's answer, where the passage holds it word for word
-
-
-def prompt(title: str, text: str, words: int) -> str:
-    """The writer's user message for a chunk: its title and first `words` words."""
-    body = " ".join(text.split()[:words])
-    return PROMPT.format(passage=f"{title.strip()}. {body}" if title.strip() else body)
 
 
 def parse(reply: str, passage: str) -> Written:

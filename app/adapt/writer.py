@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from app import hardware
-from app.adapt.questions import parse, prompt
+from app.adapt.questions import parse
 from app.config import WriterConfig
+from app.models.question_writer import prompt
 
 if TYPE_CHECKING:
     import ray.data

@@ -74,7 +74,7 @@ def models_promote(
     from app.eval.answers import Endpoint
     from app.promotion import PromotionResult, promote_generator
     from app.train.config import TrainJobConfig
-    from app.train.tasks import task_named
+    from app.train.tasks import model_setting, task_named
 
     c: Context = ctx.obj
     catalog = Catalog(c.storage)
@@ -101,8 +101,9 @@ def models_promote(
     if result.index_version is not None:
         return out.print(f"promoted {name} version {version}: index version {result.index_version} of collection "
                          f"{result.collection} is embedded by it; a serving graph swaps to it within seconds")
-    out.print(f"promoted {name} version {version}: a graph serving serve.{stage}.model=catalog:{name} swaps to it "
-              "within seconds")
+    uses = "adapt's next runs write their questions with it" if stage == "writer" else \
+        "a serving graph swaps to it within seconds"
+    out.print(f"promoted {name} version {version}: {model_setting(stage)}=catalog:{name} follows it; {uses}")
 
 
 def promote_embedder(c: Context, name: str, version: int, collection: str) -> PromotionResult:

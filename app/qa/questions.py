@@ -12,10 +12,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired, TypedDict, TypeVar
 
 from app.errors import NotFound, UserError
 
+T = TypeVar("T")
 SPLITS = ("train", "dev", "all")
 DEV_FRACTION = 0.25
 
@@ -155,8 +156,9 @@ def _jsonl_questions(path: Path, split: str, need_answers: bool) -> list[Questio
     return out
 
 
-def sample(questions: list[Question], limit: int | None) -> list[Question]:
-    """`limit` questions spread evenly over the set (every k-th), so a short run still covers every article."""
+def sample(questions: list[T], limit: int | None) -> list[T]:
+    """`limit` questions (or examples made from them) spread evenly over the set (every k-th), so a short run
+    still covers every article."""
     if limit is None or limit >= len(questions):
         return questions
     step = len(questions) / limit

@@ -78,6 +78,24 @@ class SFTDataConfig(ConfigBase):
                                  "should come shuffled (rag_qa questions do). 0: off.")
 
 
+class QGenDataConfig(ConfigBase):
+    """Question-writing examples from a SQuAD-format file: each shows the writer a paragraph as `ragline adapt`
+    does (`app.models.question_writer`), and the reply it learns is one of the paragraph's questions and its
+    answer. The records are tokenized as sft's are (`sft.max_length`, `sft.group_by_length`, ...)."""
+
+    dataset: str | None = Field(default=None, description="SQuAD v1.1 JSON: articles of paragraphs with "
+                                "questions and answer spans.")
+    split: Literal["train", "dev", "all"] = Field(default="train", description="Articles trained on (SQuAD is "
+                                                  "split by article).")
+    per_paragraph: int = Field(default=1, ge=1, description="Questions taught per paragraph (its first ones): "
+                               "more paragraphs teach more than more questions about one.")
+    limit: int | None = Field(default=None, ge=1, description="Use this many examples, spread evenly over the "
+                              "articles. None: all.")
+    passage_words: int = Field(default=180, ge=20, description="Words of a paragraph shown, as "
+                               "`adapt.writer.passage_words`; a question whose answer lies past them is left out "
+                               "(counted as answer_not_shown).")
+
+
 class RerankerDataConfig(ConfigBase):
     """Where (query, positive) pairs come from and how hard negatives are mined."""
 
@@ -131,16 +149,19 @@ class TrainJobConfig(ConfigBase):
     """One fine-tuning job."""
 
     task: str = Field(description="A registered training task (app/train/tasks.py): sft, causal-LM "
-                      "fine-tuning; reranker, a cross-encoder; embedder, the retriever's bi-encoder.")
+                      "fine-tuning; reranker, a cross-encoder; embedder, the retriever's bi-encoder; qgen, "
+                      "`ragline adapt`'s question writer.")
     name: str | None = Field(default=None, description="Run name. Starting a run with the name of one that "
                              "stopped resumes it from its latest checkpoint. None: <task>-<timestamp>.")
     model: str | None = Field(default=None, description="Packaged name, local directory or hub id. None: the "
-                              "task's default, SmolLM2-135M-Instruct (sft) or all-MiniLM-L6-v2 (reranker, embedder).")
+                              "task's default, SmolLM2-135M-Instruct (sft, qgen) or all-MiniLM-L6-v2 (reranker, "
+                              "embedder).")
     register_as: str | None = Field(default=None, description="Catalog model name the export is registered "
-                                    "under. None: the task name ('sft', 'reranker' or 'embedder').")
+                                    "under. None: the task name ('sft', 'reranker', 'embedder' or 'qgen').")
     sft: SFTDataConfig = Field(default_factory=SFTDataConfig)
     reranker: RerankerDataConfig = Field(default_factory=RerankerDataConfig)
     embedder: EmbedderDataConfig = Field(default_factory=EmbedderDataConfig)
+    qgen: QGenDataConfig = Field(default_factory=QGenDataConfig)
     on_bad_record: Literal["fail", "skip"] = Field(default="fail", description="fail: any bad record stops the "
                                                    "job before training, naming it; skip: drop and count it.")
     lora: LoraConfig | None = Field(default=None, description="Train LoRA adapters instead of all weights.")
@@ -281,6 +302,8 @@ def load_job_config(path: str | Path | None, task: str, overrides: list[str] | N
     cfg.sft.paths = [p if "://" in p else os.path.abspath(os.path.expanduser(p)) for p in cfg.sft.paths]
     if cfg.sft.rag_qa is not None:
         cfg.sft.rag_qa.dataset = os.path.abspath(os.path.expanduser(cfg.sft.rag_qa.dataset))
+    if cfg.qgen.dataset:
+        cfg.qgen.dataset = os.path.abspath(os.path.expanduser(cfg.qgen.dataset))
     for pairs in (cfg.reranker, cfg.embedder):
         if pairs.beir_dir:
             pairs.beir_dir = os.path.abspath(os.path.expanduser(pairs.beir_dir))

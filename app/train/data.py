@@ -49,6 +49,7 @@ class SFTSource(TypedDict):
 
     paths: list[str]
     rag_qa: NotRequired[str]  # the question set of sft.rag_qa
+    qgen: NotRequired[str]  # the SQuAD file of a qgen job
     split: NotRequired[str]
 
 
@@ -163,24 +164,42 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> t
         compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS), unanswered
 
 
-def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+@dataclass
+class MadeExamples:
+    """Records a task makes itself rather than reads from files (rag_qa's, qgen's), as {record, source} rows."""
+
+    dataset: ray.data.Dataset
+    left_out: dict[str, int]  # questions that made no record, by reason: counted with the drops
+    source: str  # the file they came from, for the lineage
+    split: str
+
+
+def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage, made: MadeExamples | None = None) -> Prepared:
+    """sft's records (`sft.paths`, `sft.rag_qa`) and `made`, tokenized with the model's chat template."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.chat_template is None:
         raise UserError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
     parts = [_records(cfg.sft.paths)] if cfg.sft.paths else []
-    unanswered = 0
+    source = SFTSource(paths=cfg.sft.paths)
     if cfg.sft.rag_qa:
         examples, unanswered = _rag_qa_records(cfg, model_path, storage)
-        parts.append(examples)
+        assert made is None, "rag_qa is the sft task's"
+        made = MadeExamples(examples, {"no_answer": unanswered} if unanswered else {}, cfg.sft.rag_qa.dataset,
+                            cfg.sft.rag_qa.split)
+        source["rag_qa"], source["split"] = made.source, made.split
+    elif made is not None:
+        source["qgen"], source["split"] = made.source, made.split
+    if made is not None:
+        parts.append(made.dataset)
     records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
     ds = records.map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()), batch_size=256,
                              compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS)
     ds, counts = _reconcile(ds, cfg)
-    if unanswered:  # left out before they became records: counted with the drops, so the counts reconcile
-        counts["records"] += unanswered
-        counts["dropped"] = dict(sorted((counts["dropped"] | {"no_answer": unanswered}).items()))
+    if made is not None and made.left_out:  # left out before they became records: counted with the drops
+        counts["records"] += sum(made.left_out.values())
+        counts["dropped"] = dict(sorted((Counter(counts["dropped"]) + Counter(made.left_out)).items()))
     ds = ds.select_columns(["input_ids", "labels"], num_cpus=PREP_CPUS)
     if cfg.sft.packing:
         ds = ds.map_batches(pack, fn_kwargs={"max_length": cfg.sft.max_length},  # type: ignore[arg-type]
@@ -191,11 +210,21 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepa
                             fn_kwargs={"micro_batch": cfg.batch_size, "seed": cfg.seed}, num_cpus=PREP_CPUS)
     ds = ds.materialize()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rq = cfg.sft.rag_qa
-    source = SFTSource(paths=cfg.sft.paths)
-    if rq:
-        source["rag_qa"], source["split"] = rq.dataset, rq.split
     return Prepared(ds, ds.count(), counts, int(pad), source)
+
+
+def prepare_qgen(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    """The question writer's examples (`app.train.qgen_data`), shuffled (seeded: SQuAD lists them article by
+    article), then tokenized as sft's records."""
+    from app.train.qgen_data import qgen_records
+
+    records, left_out = qgen_records(cfg.qgen)
+    if not records:
+        raise UserError(f"{cfg.qgen.dataset}: no {cfg.qgen.split} question makes an example (left out: {left_out})")
+    random.Random(cfg.seed).shuffle(records)
+    assert cfg.qgen.dataset is not None
+    made = MadeExamples(ray.data.from_items(records), left_out, cfg.qgen.dataset, cfg.qgen.split)
+    return prepare_sft(cfg, model_path, storage, made)
 
 
 def _beir_pairs(pairs: RerankerDataConfig, storage: Storage) -> tuple[list[QueryRow], Storage]:

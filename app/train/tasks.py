@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.errors import UserError
-from app.train import embedder_task, reranker_task, sft_task
+from app.train import embedder_task, qgen_task, reranker_task, sft_task
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,9 +28,15 @@ if TYPE_CHECKING:
     from app.train.data import Prepared
     from app.train.sft_data import Batch
 
-# The Serve graph's stage a task's models are promoted into. retriever: an embedder is served as the index's, so
-# promoting one re-embeds the collection into a new index version (`app.index.build`).
-Stage = Literal["generator", "reranker", "retriever"]
+# Where a task's promoted models are used: a stage of the Serve graph, or adapt's question writer. retriever: an
+# embedder is served as the index's, so promoting one re-embeds the collection into a new index version
+# (`app.index.build`).
+Stage = Literal["generator", "reranker", "retriever", "writer"]
+
+
+def model_setting(stage: Stage) -> str:
+    """The config key that names a stage's model: `catalog:NAME` there follows NAME's promotions."""
+    return "adapt.writer.model" if stage == "writer" else f"serve.{stage}.model"
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class TrainTask:
 
     name: str  # `TrainJobConfig.task`, `ragline train <name>`, the catalog name by default
     summary: str  # `ragline train <name> --help`
-    stage: Stage  # where a promoted model of this task is served (serve.<stage>.model=catalog:NAME)
+    stage: Stage  # where a promoted model of this task is used (`model_setting(stage)`=catalog:NAME)
     default_model: str  # when the job names none: a packaged name, local directory or hub id
     # config rules of this task beyond each field's own (raise ValueError: pydantic reports it as the config's)
     validate: Callable[[TrainJobConfig], None]
@@ -69,6 +75,8 @@ TASKS: dict[str, TrainTask] = {t.name: t for t in (
           "with hard negatives.", "reranker", "all-MiniLM-L6-v2"),
     _task(embedder_task, "embedder", "The retriever's bi-encoder fine-tuned from MiniLM on (query, positive) pairs "
           "with hard and in-batch negatives.", "retriever", "all-MiniLM-L6-v2"),
+    _task(qgen_task, "qgen", "`ragline adapt`'s question writer: a causal LM fine-tuned to ask a question, and "
+          "give its answer, about a passage (from a SQuAD-format file).", "writer", "SmolLM2-135M-Instruct"),
 )}
 
 

@@ -32,18 +32,43 @@ def job(tiny_lm: str, **fields) -> TrainJobConfig:
     return TrainJobConfig.model_validate(base | fields)
 
 
+def squad_file(path: Path) -> Path:
+    """A SQuAD v1.1 file from the Python reference's topics (every install has them): 3 articles of 15 paragraphs,
+    2 questions each, the answer the paragraph's opening words."""
+    from pydoc_data.topics import topics
+
+    texts = [" ".join(t.split()[:60]) for t in list(topics.values())[:45]]
+    data = [{"title": f"Topics_{a}", "paragraphs": [
+        {"context": c, "qas": [{"id": f"{a}-{i}-{j}", "question": q, "answers": [{"text": " ".join(c.split()[:3]),
+                                                                                    "answer_start": 0}]}
+                               for j, q in enumerate(("How does this section begin?", "What opens this text?"))]}
+        for i, c in enumerate(texts[a * 15:(a + 1) * 15])]} for a in range(3)]
+    path.write_text(json.dumps({"version": "1.1", "data": data}))
+    return path
+
+
 @pytest.mark.parametrize("strategy", [{"strategy": "ddp"}, {"strategy": "fsdp"},
                                       {"strategy": "deepspeed", "zero_stage": 2},
-                                      {"strategy": "deepspeed", "zero_stage": 3}],
-                         ids=["ddp", "fsdp", "zero2", "zero3"])
+                                      {"strategy": "deepspeed", "zero_stage": 3, "task": "qgen"}],
+                         ids=["ddp", "fsdp", "zero2", "zero3-qgen"])
 def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, s3_bucket, tiny_lm, tmp_path, strategy):
     """ddp also skips and counts bad records, keeps its storage root (checkpoints, the export, the model version)
     on a real S3-protocol server, and has a worker die at step 5: Ray Train restarts the group, which resumes from
-    the last checkpoint it had registered."""
+    the last checkpoint it had registered. ZeRO-3 trains adapt's question writer (the qgen task: sft's training on
+    records it makes from a SQuAD file, counted with what it left out), which is promoted without a judgment."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     storage = Storage(str(tmp_path / "store"))
     counts = {"records": 41, "kept": 41, "dropped": {}}
+    if strategy.get("task") == "qgen":
+        from app.train.config import QGenDataConfig
+        from app.train.qgen_data import qgen_records
+
+        qgen = QGenDataConfig(dataset=str(squad_file(tmp_path / "squad.json")), split="all", passage_words=40)
+        records, left_out = qgen_records(qgen)
+        assert len(records) == 45 and left_out == {"beyond_per_paragraph": 45}
+        strategy = {**strategy, "qgen": qgen.model_dump(), "sft": {"max_length": 192}}
+        counts = {"records": 90, "kept": 45, "dropped": left_out}
     if strategy["strategy"] == "ddp":  # with bad records, skipped and counted (on_bad_record: skip)
         data = tmp_path / "with-bad.jsonl"
         data.write_text(SAMPLE.read_text().rstrip("\n") + "\n" + "\n".join(BAD) + "\n")
@@ -64,9 +89,15 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, s3_bucket, tiny_
     assert m["tokens_per_s"] > 0 and len(m["tokens_per_s_per_worker"]) == 2 and m["peak_memory_mb"] > 0
     assert m["checkpoint_save_s"] >= 0
 
-    manifest = Catalog(storage).get_model("sft", record["model"]["version"])
-    assert manifest.run == "s" and manifest.data["counts"]["kept"] == 41 and manifest.config["strategy"] == \
-        strategy["strategy"]
+    cfg = job(tiny_lm, **strategy)
+    manifest = Catalog(storage).get_model(cfg.catalog_name, record["model"]["version"])
+    assert manifest.run == "s" and manifest.data["counts"]["kept"] == counts["kept"] and manifest.config[
+        "strategy"] == strategy["strategy"] and manifest.task == cfg.task
+    if cfg.task == "qgen":
+        promoted = subprocess.run([str(Path(sys.executable).parent / "ragline"), "--storage", storage.uri, "models",
+                                   "promote", "qgen", str(manifest.version)], capture_output=True, text=True)
+        assert promoted.returncode == 0 and "adapt.writer.model=catalog:qgen follows it" in promoted.stdout, \
+            promoted.stdout + promoted.stderr
     if storage.is_local:
         directory = storage.local_path(manifest.dir)
     else:
@@ -136,7 +167,7 @@ def test_bad_records_fail_before_training_naming_them(ray_cluster, tiny_lm, tmp_
 
 
 def test_job_files_in_deployments_validate():
-    for task in ("sft", "reranker", "embedder"):
+    for task in ("sft", "reranker", "embedder", "qgen"):
         cfg = load_job_config(ROOT / "deployments" / "jobs" / f"{task}.yaml", task)
         assert cfg.task == task
     with pytest.raises(ValueError, match="is for task 'sft', not 'reranker'"):

@@ -9,12 +9,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from app.adapt.questions import held_out, parse, prompt
+from app.adapt.questions import held_out, parse
 from app.adapt.roundtrip import doc_rank
 from app.adapt.synthesize import sample_chunks
 from app.cli import app as cli
 from app.errors import UserError
 from app.eval.paired import paired_bootstrap
+from app.models import question_writer
+from app.models.question_writer import prompt
 from app.qa.questions import load_questions
 
 PASSAGE = "Lifeact is a 17 amino acid peptide that stains filamentous actin in living cells without disturbing them."
@@ -50,6 +52,12 @@ def test_an_answer_is_kept_only_where_the_passage_holds_it():
     assert parse("What does Lifeact stain?", PASSAGE).answer is None
     long = "Lifeact is a 17 amino acid peptide that stains filamentous actin in living cells"
     assert parse(f"What is Lifeact?\nAnswer: {long}", PASSAGE).answer is None  # a sentence, not an answer
+
+
+def test_the_reply_qgen_teaches_is_the_one_adapt_reads():
+    taught = question_writer.reply(" What does Lifeact stain? ", "filamentous actin ")
+    assert parse(taught, PASSAGE) == parse("What does Lifeact stain?\nAnswer: filamentous actin", PASSAGE)
+    assert parse(taught, PASSAGE).answer == "filamentous actin"
 
 
 def test_the_held_out_split_is_stable_and_near_its_fraction():

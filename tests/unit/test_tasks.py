@@ -6,13 +6,14 @@ import re
 
 import pytest
 
-from app.config import ServeConfig
+from app.config import AdaptConfig, ServeConfig
 from app.errors import UserError
 from app.train.config import TrainJobConfig, load_job_config, parse_job_config
-from app.train.tasks import TASKS, TrainTask, task_named
+from app.train.tasks import TASKS, TrainTask, model_setting, task_named
 from tests.helpers import ROOT
 
-JOBS = {"sft": {"sft": {"paths": ["x.jsonl"]}}, "reranker": {}, "embedder": {}}  # the least each task's job needs
+JOBS = {"sft": {"sft": {"paths": ["x.jsonl"]}}, "reranker": {}, "embedder": {},  # the least each task's job needs
+        "qgen": {"qgen": {"dataset": "squad.json"}}}
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -22,10 +23,12 @@ def test_every_task_has_all_its_parts(name):
     hooks = [f.name for f in dataclasses.fields(TrainTask) if f.name not in ("name", "summary", "stage",
                                                                              "default_model")]
     assert hooks and all(callable(getattr(task, h)) for h in hooks), hooks
-    # the stage a promoted model of this task is served in is one of the Serve graph's, with a model to set (the
-    # retriever's is its index's embedder: promoting one re-embeds the collection)
-    fields = ServeConfig.model_fields[task.stage].annotation.model_fields  # type: ignore[union-attr]
-    assert "model" in fields or task.stage == "retriever"
+    # where a promoted model of this task is used has a model to set: a stage of the Serve graph (the retriever's
+    # is its index's embedder: promoting one re-embeds the collection) or adapt's question writer
+    section, stage, field = model_setting(task.stage).split(".")
+    config = {"serve": ServeConfig, "adapt": AdaptConfig}[section]
+    fields = config.model_fields[stage].annotation.model_fields  # type: ignore[union-attr]
+    assert field in fields or task.stage == "retriever"
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -35,10 +38,10 @@ def test_a_job_of_each_task_takes_the_tasks_default_model_and_rules(name):
 
 
 def test_an_unknown_task_is_a_user_error_naming_the_known_ones():
-    with pytest.raises(UserError, match="unknown training task 'qgen': the tasks are sft, reranker, embedder"):
-        task_named("qgen")
-    with pytest.raises(UserError, match=r"invalid config \(defaults\):\n  task: .*unknown training task 'qgen'"):
-        load_job_config(None, "qgen")
+    with pytest.raises(UserError, match="unknown training task 'qgen2': the tasks are sft, reranker, embedder, qgen"):
+        task_named("qgen2")
+    with pytest.raises(UserError, match=r"invalid config \(defaults\):\n  task: .*unknown training task 'qgen2'"):
+        load_job_config(None, "qgen2")
     with pytest.raises(UserError, match="unknown training task"):
         parse_job_config({"task": "sft2", "sft": {"paths": ["x.jsonl"]}}, "job.yaml")
 

@@ -182,3 +182,72 @@ def test_rag_qa_leaves_out_and_counts_the_questions_without_an_answer(tmp_path):
         {"id": "c", "question": "When was it built?", "doc_id": "d2"}]) + "\n")
     rows, unanswered = question_rows(RagQAConfig(dataset=str(path), split="all"))
     assert [r["qid"] for r in rows] == ["a"] and rows[0]["answers"] == ["the keeper"] and unanswered == 2
+
+
+def _squad(path, articles):
+    """A SQuAD v1.1 file: {title: [(context, [(question, answer), ...]), ...]}."""
+    data = [{"title": t, "paragraphs": [
+        {"context": c, "qas": [{"id": f"{t}-{i}-{j}", "question": q, "answers": [{"text": a, "answer_start": 0}]}
+                               for j, (q, a) in enumerate(qas)]} for i, (c, qas) in enumerate(paragraphs)]}
+        for t, paragraphs in articles.items()]
+    path.write_text(json.dumps({"version": "1.1", "data": data}))
+    return path
+
+
+def test_qgen_teaches_the_writers_reply_to_the_writers_prompt_and_counts_what_it_leaves_out(tmp_path):
+    """Each record is adapt's prompt for the paragraph and the reply adapt's parser reads; per paragraph, its
+    first questions whose answer the writer is shown."""
+    from app.adapt.questions import parse
+    from app.models.question_writer import prompt
+    from app.train.config import QGenDataConfig
+    from app.train.qgen_data import qgen_records
+
+    far = "word " * 30 + "the keeper"  # the answer lies past the first 20 words
+    path = _squad(tmp_path / "s.json", {"Light_house": [
+        ("The lamp is lit by the keeper at dusk.", [("Who lights the lamp?", "the keeper"),
+                                                    ("When is the lamp lit?", "at dusk")]),
+        (far, [("Who is named last?", "the keeper"), ("What is repeated?", "word")])]})
+    records, left_out = qgen_records(QGenDataConfig(dataset=str(path), split="all", passage_words=20))
+    chats = [json.loads(r["record"])["messages"] for r in records]
+    assert [m[0]["content"] for m in chats] == [prompt("Light house", "The lamp is lit by the keeper at dusk.", 20),
+                                                 prompt("Light house", far, 20)]
+    assert parse(chats[0][1]["content"], "The lamp is lit by the keeper at dusk.") == parse(
+        "Who lights the lamp?\nAnswer: the keeper", "The lamp is lit by the keeper at dusk.")
+    assert chats[1][1]["content"] == "What is repeated?\nAnswer: word"  # the first question's answer is not shown
+    assert [r["source"] for r in records] == ["s.json#Light_house-0-0", "s.json#Light_house-1-1"]
+    assert left_out == {"beyond_per_paragraph": 1, "answer_not_shown": 1}  # 4 questions = 2 records + 2 left out
+
+    two, _ = qgen_records(QGenDataConfig(dataset=str(path), split="all", passage_words=20, per_paragraph=2))
+    assert len(two) == 3
+    one, left = qgen_records(QGenDataConfig(dataset=str(path), split="all", passage_words=20, per_paragraph=2,
+                                            limit=1))
+    assert len(one) == 1 and left == {"answer_not_shown": 1, "beyond_limit": 2}
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({}, "qgen.dataset: give a SQuAD v1.1 JSON file"),
+    ({"qgen": {"dataset": "s.json", "per_paragraph": 0}}, "per_paragraph"),
+    ({"qgen": {"dataset": "s.json"}, "sft": {"rag_qa": {"dataset": "q.json"}}}, "sft.rag_qa is for the sft task"),
+])
+def test_qgen_job_config_rejects(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainJobConfig.model_validate({"task": "qgen"} | fields)
+
+
+def test_qgen_inputs_must_be_a_squad_file(tmp_path):
+    from app.errors import NotFound, UserError
+    from app.train.tasks import task_named
+
+    check = task_named("qgen").check_inputs
+    with pytest.raises(NotFound, match="qgen.dataset .*missing.json is not a file"):
+        check(load_job_config(None, "qgen", [f"qgen.dataset={tmp_path / 'missing.json'}"]))
+    (tmp_path / "q.jsonl").write_text('{"question": "Who?", "answers": ["me"], "doc_id": "d"}\n')
+    with pytest.raises(UserError, match="a SQuAD v1.1 JSON file is needed"):
+        check(load_job_config(None, "qgen", [f"qgen.dataset={tmp_path / 'q.jsonl'}"]))
+
+
+def test_the_qgen_job_file_trains_the_writer_on_the_train_articles():
+    cfg = load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen")
+    assert cfg.qgen.dataset == os.path.abspath("../shared/datasets/squad/dev-a-v1.1.json")
+    assert cfg.qgen.split == "train" and cfg.register_as == "qgen" and cfg.model_name == "SmolLM2-135M-Instruct"
+    assert cfg.sft.group_by_length % cfg.batch_size == 0
