@@ -498,8 +498,10 @@ class WriterConfig(ConfigBase):
     """The question writer: an instruct LLM run by vLLM over a Ray Dataset (`ray.data.llm`), one engine per
     actor."""
 
-    model: str = Field(default="SmolLM2-135M-Instruct", description="Packaged name, local directory, hub id or "
-                       "catalog:NAME[:VERSION] of the LLM that writes the questions.")
+    model: str = Field(default="auto", description="Packaged name, local directory, hub id or "
+                       "catalog:NAME[:VERSION] of the LLM that writes the questions. auto: the storage root's "
+                       "promoted `qgen` (`ragline train qgen`, taught to write them), else the packaged "
+                       "SmolLM2-135M-Instruct, prompted.")
     max_tokens: int = Field(default=48, ge=8, le=512, description="Longest question, in tokens.")
     passage_words: int = Field(default=180, ge=20, description="Words of a chunk shown to the writer (a longer "
                                "prompt only costs prefill: questions are about the chunk's opening).")

@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds["qgen_train"] = time.perf_counter() - t0
 
         # every chunk of the dev paragraphs is asked about once
-        adapt_cfg = AppConfig.model_validate({"adapt": {"chunks": 100_000, "writer": {"model": writer}}})
-        questions = synthesize(dev_storage, adapt_cfg.adapt, adapt_cfg.search, writer)
+        adapt_cfg = AppConfig.model_validate({"adapt": {"chunks": 100_000}})
+        questions = synthesize(dev_storage, adapt_cfg.adapt, adapt_cfg.search, writer,
+                               "qgen" if args.writer is None else args.writer)
         seconds["write_questions"], seconds["round_trip"] = questions.write_s, questions.round_trip_s
 
         t0 = time.perf_counter()

@@ -43,7 +43,7 @@ class SyntheticSet(BaseModel):
     run_id: str
     created_at: str
     index_version: int
-    writer: str  # the writer model as configured
+    writer: str  # the writer model: a packaged name, a directory, or catalog:NAME:VERSION
     counts: SynthesisCounts
     write_s: float  # the question writer's wall time, its engine's load included
     round_trip_s: float
@@ -78,9 +78,10 @@ def sample_chunks(chunks: Any, n: int, min_words: int, seed: int) -> list[dict[s
 TEXT_FIELDS = ("question", "rejected", "answer")  # a writer's row's optional strings (app.adapt.writer)
 
 
-def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_path: str,
+def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_path: str, writer: str,
                index_version: int | None = None) -> SyntheticSet:
-    """Writes one synthetic question set for the index version (default: the latest). Needs a connected Ray."""
+    """Writes one synthetic question set for the index version (default: the latest) with the writer at
+    `model_path` (named `writer` in the record). Needs a connected Ray."""
     import ray.data
 
     from app.index.search import Index
@@ -129,7 +130,7 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
         storage.write_bytes(rel, "".join(json.dumps(r) + "\n" for r in sets[name]).encode())
     dropped = len(rows) - len(sets["rejected"]) - len(sets["train"]) - len(sets["heldout"])
     result = SyntheticSet(
-        run_id=run_id, created_at=now_iso(), index_version=index.version, writer=cfg.writer.model,
+        run_id=run_id, created_at=now_iso(), index_version=index.version, writer=writer,
         counts=SynthesisCounts(sampled=len(picked), rejected=rejected, dropped=dropped, train=len(sets["train"]),
                                heldout=len(sets["heldout"]),
                                answered=sum(1 for r in sets["train"] + sets["heldout"] if r["answers"])),

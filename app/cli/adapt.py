@@ -65,7 +65,7 @@ def adapt_questions(
     c: Context = ctx.obj
     storage = c.collection(collection)
     connect(c)
-    result = synthesize(storage, c.cfg.adapt, c.cfg.search, writer_model(c.cfg, c.storage))
+    result = synthesize(storage, c.cfg.adapt, c.cfg.search, *writer_model(c.cfg, c.storage))
     if as_json:
         return print_json(result.model_dump())
     n = result.counts

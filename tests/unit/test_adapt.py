@@ -143,3 +143,29 @@ def test_a_report_written_before_the_embedder_joined_reads_as_the_rerankers():
     (role,) = AdaptReport.model_validate(old).roles
     assert (role.role, role.candidate, role.decision) == ("reranker", old["candidate"], old["decision"])
     assert role.comparison.n == old["comparison"]["n"]
+
+
+def test_the_auto_writer_is_the_promoted_qgen_else_the_packaged_model_prompted(tmp_path):
+    from app import envs
+    from app.adapt.run import writer_model
+    from app.catalog import Catalog
+    from app.config import AppConfig
+    from app.errors import NotFound
+    from app.models import generator
+    from app.storage import Storage
+
+    root, cfg = Storage(str(tmp_path)), AppConfig()
+    assert cfg.adapt.writer.model == "auto"
+    assert writer_model(cfg, root) == (generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir()),
+                                       "SmolLM2-135M-Instruct")
+    root.write_bytes("models/qgen/files-1/config.json", b"{}")
+    catalog = Catalog(root)
+    version = catalog.publish_model("qgen", {"task": "qgen", "run": "r", "base_model": "SmolLM2-135M-Instruct",
+                                             "dir": "models/qgen/files-1"}).version
+    assert writer_model(cfg, root)[1] == "SmolLM2-135M-Instruct"  # trained, not yet promoted
+    catalog.promote("qgen", version)
+    assert writer_model(cfg, root) == (str(tmp_path / "models/qgen/files-1"), "qgen:v1")
+    named = cfg.model_copy(deep=True)
+    named.adapt.writer.model = "catalog:other"
+    with pytest.raises(NotFound, match="adapt.writer.model catalog:other: no version is promoted yet"):
+        writer_model(named, root)
