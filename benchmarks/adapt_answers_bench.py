@@ -11,6 +11,7 @@ The question writer is `ragline train qgen`'s (deployments/jobs/qgen.yaml: SmolL
 articles' first question of each paragraph), trained here first unless `--writer` names one.
 
     .venv/bin/python benchmarks/adapt_answers_bench.py [--limit 200] [--epochs 3] [--writer DIR]
+        [--questions-per-chunk 1]
 
 Writes benchmarks/results/adapt_answers-<date>-<cpu>.json (each stage's seconds on this machine) and the table in
 docs/benchmarks.md. The graph answers greedily, so each side is scored once.
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dataset", type=Path, default=ROOT.parent / "shared/datasets/squad/dev-a-v1.1.json")
     ap.add_argument("--limit", type=int, default=200, help="dev questions asked, spread evenly over the articles")
     ap.add_argument("--epochs", type=int, default=3, help="rag_qa epochs over the synthetic questions")
+    ap.add_argument("--questions-per-chunk", type=int, default=1, help="adapt.writer.questions_per_chunk (above 1: "
+                    "sampled at temperature 0.7)")
     ap.add_argument("--writer", default=None, help="a trained question writer (default: trained here by qgen.yaml)")
     ap.add_argument("--port", type=int, default=8767)
     args = ap.parse_args(argv)
@@ -90,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds["qgen_train"] = time.perf_counter() - t0
 
         # every chunk of the dev paragraphs is asked about once
-        adapt_cfg = AppConfig.model_validate({"adapt": {"chunks": 100_000}})
+        sampled = {"questions_per_chunk": args.questions_per_chunk,
+                   **({"temperature": 0.7} if args.questions_per_chunk > 1 else {})}
+        adapt_cfg = AppConfig.model_validate({"adapt": {"chunks": 100_000, "writer": sampled}})
         questions = synthesize(dev_storage, adapt_cfg.adapt, adapt_cfg.search, writer,
                                "qgen" if args.writer is None else args.writer)
         seconds["write_questions"], seconds["round_trip"] = questions.write_s, questions.round_trip_s
@@ -123,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "adapt_answers", "date": dt.date.today().isoformat(),
         "command": "benchmarks/adapt_answers_bench.py" + (f" --limit {args.limit}" if args.limit != 200 else "")
-        + (f" --epochs {args.epochs}" if args.epochs != 3 else "") + (" --writer DIR" if args.writer else ""),
+        + (f" --epochs {args.epochs}" if args.epochs != 3 else "") + (" --writer DIR" if args.writer else "")
+        + (f" --questions-per-chunk {args.questions_per_chunk}" if args.questions_per_chunk != 1 else ""),
         "dataset": dataset.name, "split": "dev", "limit": args.limit, "epochs": args.epochs,
+        "questions_per_chunk": args.questions_per_chunk,
         "questions": questions.model_dump(), "sft_counts": sft_counts, "runs": runs,
         "supervised": supervised, "supervised_source": readme_tables.latest("answers").name,
         "ratios": {"f1_adapted_over_default": round(runs["adapted"]["f1"] / runs["default"]["f1"], 2)},

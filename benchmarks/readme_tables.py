@@ -168,7 +168,8 @@ def adapt_answers_table(r: dict[str, Any], source: str) -> str:
           f"{x['gold_in_context']:.2f} | {x['idk_rate']:.2f} |" for label, x in rows),
         "",
         f"F1 adapted / default: {r['ratios']['f1_adapted_over_default']:.1f}x. Questions, about the dev articles' "
-        f"paragraphs only: {q['sampled']} chunks asked, {sum(q['rejected'].values())} replies held none, "
+        f"paragraphs only: {q['sampled']} asked ({r.get('questions_per_chunk', 1)} a chunk), "
+        f"{sum(q['rejected'].values())} replies held no new one, "
         f"{q['dropped']} failed the round trip, {q['train']} kept for training ({r['sft_counts']['kept']} with an "
         f"answer span became examples, {r['epochs']} epochs), {q['heldout']} held out. Seconds: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.0f}" for k, v in sec.items()) + ".",

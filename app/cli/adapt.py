@@ -39,7 +39,7 @@ def adapt(
         return print_json(report.model_dump())
     q = report.questions
     out.print(f"questions {q.run_id}: {q.counts.train} to train on and {q.counts.heldout} held out, of "
-              f"{q.counts.sampled} chunks asked about ({sum(q.counts.rejected.values())} replies held no question, "
+              f"{q.counts.sampled} questions asked ({sum(q.counts.rejected.values())} replies held no new question, "
               f"{q.counts.dropped} failed the round trip)")
     for r in report.roles:
         out.print(f"{r.role} {r.candidate} against {r.served}: {r.comparison.describe(f'nDCG@{c.cfg.gate.k}')}")
@@ -70,6 +70,6 @@ def adapt_questions(
         return print_json(result.model_dump())
     n = result.counts
     out.print(f"synthesis run {result.run_id}: {n.train} training and {n.heldout} held-out questions of {n.sampled} "
-              f"chunks (rejected {n.rejected or 'none'}, {n.dropped} failed the round trip); writing took "
+              f"asked (rejected {n.rejected or 'none'}, {n.dropped} failed the round trip); writing took "
               f"{result.write_s:.0f} s, the round trip {result.round_trip_s:.0f} s\n"
               f"  {storage.path(result.train_file)}\n  {storage.path(result.heldout_file)}")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 import pyarrow as pa
 import ray
@@ -143,9 +143,19 @@ def _reconcile(ds: ray.data.Dataset, cfg: TrainJobConfig) -> tuple[ray.data.Data
     return ds.filter(lambda r: r["drop"] == "", num_cpus=PREP_CPUS), counts
 
 
-def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> tuple[ray.data.Dataset, int]:
-    """Examples in the serving format (app/train/rag_qa.py), as {record, source} rows like the files' records;
-    and the questions left out for having no answer."""
+@dataclass
+class MadeExamples:
+    """Records a task makes itself rather than reads from files (sft.rag_qa's, qgen's), as {record, source} rows."""
+
+    kind: Literal["rag_qa", "qgen"]  # its key in the lineage (SFTSource)
+    dataset: ray.data.Dataset
+    left_out: dict[str, int]  # questions that made no record, by reason: counted with the drops
+    source: str  # the file they came from
+    split: str
+
+
+def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> MadeExamples:
+    """Examples in the serving format (app/train/rag_qa.py); the questions without an answer are left out."""
     from app.config import AppConfig
     from app.train.config import with_serving
     from app.train.rag_qa import RagQAExamples, question_rows
@@ -159,23 +169,32 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> t
     # A question set lists its questions article by article; SGD wants them mixed (the loop's shuffle buffer of
     # 256 rows spans about one article). Seeded, so a resumed run sees the same order.
     random.Random(cfg.seed).shuffle(rows)
-    return ray.data.from_items(rows).map_batches(
+    examples = ray.data.from_items(rows).map_batches(
         RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64,
-        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS), unanswered
+        compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS)
+    return MadeExamples("rag_qa", examples, {"no_answer": unanswered} if unanswered else {}, rq.dataset, rq.split)
 
 
-@dataclass
-class MadeExamples:
-    """Records a task makes itself rather than reads from files (rag_qa's, qgen's), as {record, source} rows."""
-
-    dataset: ray.data.Dataset
-    left_out: dict[str, int]  # questions that made no record, by reason: counted with the drops
-    source: str  # the file they came from, for the lineage
-    split: str
+def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    return _tokenized(cfg, model_path, _rag_qa_records(cfg, model_path, storage) if cfg.sft.rag_qa else None)
 
 
-def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage, made: MadeExamples | None = None) -> Prepared:
-    """sft's records (`sft.paths`, `sft.rag_qa`) and `made`, tokenized with the model's chat template."""
+def prepare_qgen(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
+    """The question writer's examples (`app.train.qgen_data`), shuffled (seeded: SQuAD lists them article by
+    article), tokenized as sft's records."""
+    from app.train.qgen_data import qgen_records
+
+    assert cfg.qgen.dataset is not None
+    records, left_out = qgen_records(cfg.qgen)
+    if not records:
+        raise UserError(f"{cfg.qgen.dataset}: no {cfg.qgen.split} question makes an example (left out: {left_out})")
+    random.Random(cfg.seed).shuffle(records)
+    return _tokenized(cfg, model_path, MadeExamples("qgen", ray.data.from_items(records), left_out,
+                                                    cfg.qgen.dataset, cfg.qgen.split))
+
+
+def _tokenized(cfg: TrainJobConfig, model_path: str, made: MadeExamples | None) -> Prepared:
+    """The records of `sft.paths` and `made`, rendered with the model's chat template and tokenized."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -183,16 +202,9 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage, made: Ma
         raise UserError(f"model {cfg.model_name} has no chat template: sft needs one to render records")
     parts = [_records(cfg.sft.paths)] if cfg.sft.paths else []
     source = SFTSource(paths=cfg.sft.paths)
-    if cfg.sft.rag_qa:
-        examples, unanswered = _rag_qa_records(cfg, model_path, storage)
-        assert made is None, "rag_qa is the sft task's"
-        made = MadeExamples(examples, {"no_answer": unanswered} if unanswered else {}, cfg.sft.rag_qa.dataset,
-                            cfg.sft.rag_qa.split)
-        source["rag_qa"], source["split"] = made.source, made.split
-    elif made is not None:
-        source["qgen"], source["split"] = made.source, made.split
     if made is not None:
         parts.append(made.dataset)
+        source[made.kind], source["split"] = made.source, made.split
     records = parts[0] if len(parts) == 1 else parts[0].union(*parts[1:])
     ds = records.map_batches(SFTTokenize, fn_constructor_args=(model_path, cfg.sft.model_dump()), batch_size=256,
                              compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS)
@@ -211,20 +223,6 @@ def prepare_sft(cfg: TrainJobConfig, model_path: str, storage: Storage, made: Ma
     ds = ds.materialize()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return Prepared(ds, ds.count(), counts, int(pad), source)
-
-
-def prepare_qgen(cfg: TrainJobConfig, model_path: str, storage: Storage) -> Prepared:
-    """The question writer's examples (`app.train.qgen_data`), shuffled (seeded: SQuAD lists them article by
-    article), then tokenized as sft's records."""
-    from app.train.qgen_data import qgen_records
-
-    records, left_out = qgen_records(cfg.qgen)
-    if not records:
-        raise UserError(f"{cfg.qgen.dataset}: no {cfg.qgen.split} question makes an example (left out: {left_out})")
-    random.Random(cfg.seed).shuffle(records)
-    assert cfg.qgen.dataset is not None
-    made = MadeExamples(ray.data.from_items(records), left_out, cfg.qgen.dataset, cfg.qgen.split)
-    return prepare_sft(cfg, model_path, storage, made)
 
 
 def _beir_pairs(pairs: RerankerDataConfig, storage: Storage) -> tuple[list[QueryRow], Storage]:

@@ -79,10 +79,10 @@ def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cl
 
 def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedder_and_reranker(
         ray_cluster, scifact_slice, store):
-    """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks about 24 of the slice's abstracts, the round trip
-    filters the training questions, one training step each makes an embedder and a reranker that cannot beat what
-    is served on the held-out questions, and the gate refuses both: nothing is promoted, the embedder's staged
-    index version is discarded, and every count reconciles."""
+    """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks two sampled questions about each of 12 of the
+    slice's abstracts, the round trip filters the training questions, one training step each makes an embedder and
+    a reranker that cannot beat what is served on the held-out questions, and the gate refuses both: nothing is
+    promoted, the embedder's staged index version is discarded, and every count reconciles."""
     from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.storage import Storage
@@ -90,7 +90,8 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     corpus = store / "eval" / "scifact-slice"  # ingested by the tests above; adapt works on the index alone
     storage = Storage(str(corpus))
     indexes = Catalog(storage).latest("indexes")
-    overrides = ["adapt.chunks=24", "adapt.heldout=0.4", 'adapt.train={"max_steps": 1, "num_workers": 1, '
+    overrides = ["adapt.chunks=12", "adapt.writer.questions_per_chunk=2", "adapt.writer.temperature=0.7",
+                 "adapt.heldout=0.4", 'adapt.train={"max_steps": 1, "num_workers": 1, '
                  '"batch_size": 4, "reranker": {"max_length": 96}}', "adapt.reranker_name=adapted",
                  # one undamped step (no warm-up) moves the vectors enough for the next test to see
                  'adapt.embedder_train={"max_steps": 1, "num_workers": 1, "batch_size": 4, "lr": 1e-4, '
@@ -108,7 +109,11 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     train = [json.loads(line) for line in lines["train"]]
     assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
     assert all(isinstance(a, str) and a for r in train for a in r["answers"]), train  # spans, never NaN
-    assert not {r["chunk_id"] for r in train} & {json.loads(line)["chunk_id"] for line in lines["heldout"]}
+    heldout = [json.loads(line) for line in lines["heldout"]]
+    assert not {r["chunk_id"] for r in train} & {r["chunk_id"] for r in heldout}  # a chunk's questions: one side
+    kept = train + heldout  # each an ask of its chunk, no question twice for one chunk
+    assert len({r["id"] for r in kept}) == len(kept) and all(r["id"].startswith(f"{r['chunk_id']}#") for r in kept)
+    assert len({(r["chunk_id"], r["question"].lower()) for r in kept}) == len(kept)
     embedder, reranker = report["roles"]
     assert (embedder["role"], embedder["served"], embedder["candidate"]) == ("embedder", "all-MiniLM-L6-v2",
                                                                              "adapted-embedder:v1")

@@ -169,3 +169,13 @@ def test_the_auto_writer_is_the_promoted_qgen_else_the_packaged_model_prompted(t
     named.adapt.writer.model = "catalog:other"
     with pytest.raises(NotFound, match="adapt.writer.model catalog:other: no version is promoted yet"):
         writer_model(named, root)
+
+
+def test_several_questions_a_chunk_need_sampling():
+    from pydantic import ValidationError
+
+    from app.config import WriterConfig
+
+    with pytest.raises(ValidationError, match="questions_per_chunk above 1 needs a temperature above 0"):
+        WriterConfig(questions_per_chunk=2)
+    assert WriterConfig(questions_per_chunk=2, temperature=0.7).questions_per_chunk == 2
