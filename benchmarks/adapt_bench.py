@@ -88,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             qgen = load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen",
                                    ["precision=bf16"] if hardware.detect().cpu_bf16 else [])
-            record = run_training(qgen, Storage(root))
+            store = Storage(root)
+            record = run_training(qgen, store)
             assert record["state"] == "succeeded", record
             qgen_s = time.perf_counter() - t0
             version = int(record["model"]["version"])
-            writer = {"writer": {"model": trained.local_dir(Catalog(Storage(root)).get_model("qgen", version),
-                                                            Storage(root))}}
+            writer = {"writer": {"model": trained.local_dir(Catalog(store).get_model("qgen", version), store)}}
         cfg = AppConfig.model_validate({"adapt": {"chunks": args.chunks} | writer})
         t0 = time.perf_counter()
         ensure_index(dataset, corpus, cfg)
