@@ -52,16 +52,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from app import apikeys, collections, hardware
     from app.adapt.synthesize import local_file, synthesize
-    from app.catalog import Catalog
     from app.config import AppConfig, load_config
     from app.eval.answers import Endpoint, evaluate_answers
     from app.indexing import run_ingest
-    from app.models import trained
     from app.qa.questions import dev_articles, squad_corpus, write_corpus
     from app.raycluster import init_local
     from app.storage import Storage
     from app.train.config import load_job_config, with_serving
     from app.train.run import run_training
+    from benchmarks.adapt_bench import train_writer
     from benchmarks.serve_bench import deploy
 
     init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
@@ -87,12 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         writer = args.writer
         if writer is None:
             t0 = time.perf_counter()
-            record = run_training(load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen", bf16), root)
-            assert record["state"] == "succeeded", record
-            writer = trained.local_dir(Catalog(root).get_model("qgen", int(record["model"]["version"])), root)
+            writer = train_writer(root)
             seconds["qgen_train"] = time.perf_counter() - t0
 
-        # every chunk of the dev paragraphs is asked about once
+        # every chunk of the dev paragraphs is asked about, questions_per_chunk times
         sampled = {"questions_per_chunk": args.questions_per_chunk,
                    **({"temperature": 0.7} if args.questions_per_chunk > 1 else {})}
         adapt_cfg = AppConfig.model_validate({"adapt": {"chunks": 100_000, "writer": sampled}})

@@ -33,13 +33,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import readme_tables  # noqa: E402
+
+if TYPE_CHECKING:
+    from app.storage import Storage
 
 
 def evaluate(dataset: Path, root: str, cfg: Any, reranker: str | None) -> dict[str, Any]:
@@ -49,6 +52,22 @@ def evaluate(dataset: Path, root: str, cfg: Any, reranker: str | None) -> dict[s
     result = evaluate_retrieval(dataset, "dev", root, cfg, modes=modes, reranker=reranker,
                                 rerank_top=cfg.serve.reranker.candidates, progress=False)
     return dict(result["modes"])
+
+
+def train_writer(root: Storage) -> str:
+    """`ragline train qgen` with deployments/jobs/qgen.yaml into storage `root` (bf16 where the CPU has it
+    natively); the trained writer's directory."""
+    from app import hardware
+    from app.catalog import Catalog
+    from app.models import trained
+    from app.train.config import load_job_config
+    from app.train.run import run_training
+
+    job = load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen",
+                          ["precision=bf16"] if hardware.detect().cpu_bf16 else [])
+    record = run_training(job, root)
+    assert record["state"] == "succeeded", record
+    return trained.local_dir(Catalog(root).get_model("qgen", int(record["model"]["version"])), root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     dataset = args.dataset.resolve()
     import ray
 
-    from app import hardware
     from app.adapt.run import TRAIN, adapt
     from app.catalog import Catalog
     from app.config import AppConfig
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from app.models import embedder, trained
     from app.raycluster import NAMESPACE
     from app.storage import Storage
-    from app.train.config import load_job_config, parse_job_config
+    from app.train.config import parse_job_config
     from app.train.run import run_training
 
     ray.init(address="local", num_cpus=os.cpu_count(), namespace=NAMESPACE, include_dashboard=False,
@@ -86,14 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         writer: dict[str, Any] = {}
         if args.writer == "qgen":
             t0 = time.perf_counter()
-            qgen = load_job_config(ROOT / "deployments/jobs/qgen.yaml", "qgen",
-                                   ["precision=bf16"] if hardware.detect().cpu_bf16 else [])
-            store = Storage(root)
-            record = run_training(qgen, store)
-            assert record["state"] == "succeeded", record
+            writer = {"writer": {"model": train_writer(Storage(root))}}
             qgen_s = time.perf_counter() - t0
-            version = int(record["model"]["version"])
-            writer = {"writer": {"model": trained.local_dir(Catalog(store).get_model("qgen", version), store)}}
         cfg = AppConfig.model_validate({"adapt": {"chunks": args.chunks} | writer})
         t0 = time.perf_counter()
         ensure_index(dataset, corpus, cfg)
