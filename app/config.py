@@ -557,9 +557,14 @@ class AdaptConfig(ConfigBase):
     round_trip_mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid",
                                                                      description="Search mode of the round trip.")
     roles: list[Literal["embedder", "reranker"]] = Field(
-        default=["embedder", "reranker"], min_length=1, description="What adapt trains and judges, in this order: "
-        "embedder (a candidate index re-embedded by it against the served index, retrieval alone), reranker (the "
-        "candidate against the promoted reranker, on the index served by then).")
+        default=["reranker", "embedder"], min_length=1, description="What adapt trains and judges, in this order: "
+        "reranker (the candidate against the promoted reranker, on the index served by then), embedder (a "
+        "candidate index re-embedded by it against the served index, retrieval alone; taught by `teacher`).")
+    teacher: str | None = Field(default="auto", description="The cross-encoder whose logits label the embedder's "
+                                "hard negatives (GPL's MarginMSE, embedder.loss margin_mse). auto: the promoted "
+                                "reranker_name, else its newest version (the candidate the reranker role just "
+                                "trained), else none. A reranker model spec names one. null: none, the embedder "
+                                "learns contrastively from the questions alone.")
     reranker_name: str = Field(default="reranker", description="Catalog name of the trained reranker; the gate "
                                "judges it against this name's promoted version (serve.reranker.model).")
     embedder_name: str = Field(default="embedder", description="Catalog name of the trained embedder.")

@@ -123,7 +123,14 @@ def adapt_table(r: dict[str, Any], source: str) -> str:
         f"| hybrid + reranker from pseudo-queries (titles, first sentences) | {n['self_pairs_rerank']:.3f} |",
         f"| hybrid + reranker from `ragline adapt`'s synthetic questions | {n['adapt_rerank']:.3f} |",
     ]
-    if "adapt_embedder" in n:
+    if "contrastive_embedder" in n:  # GPL's MarginMSE against the contrastive loss on the same questions
+        for key, how in (("contrastive_embedder", "contrastive, the questions alone"),
+                         ("adapt_embedder", "taught by adapt's reranker (GPL's MarginMSE)")):
+            e = n[key]
+            lines += [f"| dense / BM25 / hybrid, embedder from `ragline adapt`'s questions, {how} | "
+                      f"{e['dense']:.3f} / {e['lexical']:.3f} / {e['hybrid']:.3f} |",
+                      f"| hybrid + adapt's reranker, that embedder | {n[key + '_rerank']:.3f} |"]
+    elif "adapt_embedder" in n:
         e = n["adapt_embedder"]
         lines += [f"| dense / BM25 / hybrid, embedder from `ragline adapt`'s synthetic questions | {e['dense']:.3f} "
                   f"/ {e['lexical']:.3f} / {e['hybrid']:.3f} |",
@@ -139,12 +146,16 @@ def adapt_table(r: dict[str, Any], source: str) -> str:
     ]
     if "adapt_embedder" in r:
         lines[-1] += " " + _gate("embedder", r["adapt_embedder"]["roles"][0])
+    if "contrastive_embedder" in r:
+        lines[-1] += " " + _gate("contrastive embedder", r["contrastive_embedder"]["roles"][0])
     lines[-1] += " Seconds: " + (f"training the writer {sec['qgen_train']:.0f}, " if "qgen_train" in sec else "")
     lines[-1] += (f"writing {sec['write_questions']:.0f} (the engine's load included), round trip "
                   f"{sec['round_trip']:.0f}, reranker training {sec['train']:.0f}, judging {sec['judge']:.0f}")
     if "embedder_train" in sec:
         lines[-1] += f", embedder training {sec['embedder_train']:.0f}, re-embedding and judging " \
                      f"{sec['embedder_judge']:.0f}"
+    if "contrastive_train" in sec:
+        lines[-1] += f" (contrastive: {sec['contrastive_train']:.0f} and {sec['contrastive_judge']:.0f})"
     lines[-1] += f"; adapt with the reranker alone {sec['adapt']:.0f}."
     return "\n".join(lines)
 

@@ -4,11 +4,12 @@
    retriever leads back to; a stable share is held out.
 2. Each role of `adapt.roles` trains on the training questions (hard negatives mined from the collection's index)
    and is judged on the held-out questions by a paired bootstrap of nDCG@k against what is served:
-   - embedder: the collection re-embedded by the candidate (a staged index version) against the served index,
-     retrieval alone. Promoted, the staged version is published: the graph swaps to it and embeds questions with
-     its embedder; refused, it is discarded.
    - reranker: the candidate against the promoted version of `adapt.reranker_name` (or none), on the index served
      by then. A graph serving `serve.reranker.model=catalog:NAME` swaps to a promoted one.
+   - embedder: taught by `adapt.teacher` (GPL: the cross-encoder's margins over the mined negatives), or
+     contrastively without one. Judged as the collection re-embedded by the candidate (a staged index version)
+     against the served index, retrieval alone. Promoted, the staged version is published: the graph swaps to it
+     and embeds questions with its embedder; refused, it is discarded.
 Every step is stored under `adapt/<run>/` in the collection's storage and recorded in MLflow.
 """
 
@@ -59,6 +60,7 @@ class RoleReport(BaseModel):
     comparison: Comparison  # nDCG@k on the held-out questions
     decision: Literal["promoted", "refused"]
     index_version: int | None = None  # embedder, promoted: the index version it embedded
+    teacher: str | None = None  # embedder: the cross-encoder spec whose margins it learned; None: contrastive
     train_s: float
     judge_s: float
 
@@ -114,6 +116,16 @@ def writer_model(cfg: AppConfig, root: Storage) -> tuple[str, str]:
     if located is None:
         raise NotFound(f"adapt.writer.model {spec}: no version is promoted yet")
     return located
+
+
+def teacher(cfg: AppConfig, root: Storage) -> str | None:
+    """The embedder's teacher as a `catalog:NAME:VERSION` or given spec (`adapt.teacher`), or None."""
+    spec, name = cfg.adapt.teacher, cfg.adapt.reranker_name
+    if spec != "auto":
+        return spec
+    catalog = Catalog(root)
+    chosen = catalog.promoted(name) or next(reversed(catalog.model_versions(name)), None)
+    return f"catalog:{name}:{chosen.version}" if chosen else None
 
 
 def read_rows(storage: Storage, rel: str) -> list[SyntheticRow]:
@@ -207,6 +219,9 @@ def _adapt_embedder(root: Storage, storage: Storage, collection: str, cfg: AppCo
     from app.models import embedder
 
     name = cfg.adapt.embedder_name
+    taught_by = teacher(cfg, root)
+    if taught_by is not None:
+        data = data | {"loss": "margin_mse", "teacher": taught_by}
     record, version, train_s = _train(cfg, "embedder", name, questions, data, root)
     started = time.monotonic()
     served = Index.load(storage)
@@ -223,7 +238,7 @@ def _adapt_embedder(root: Storage, storage: Storage, collection: str, cfg: AppCo
     return RoleReport(role="embedder", training_run=record["name"], served=served.manifest.embedder.name,
                       candidate=f"{name}:v{version}", comparison=comparison,
                       decision="promoted" if comparison.better else "refused", index_version=index_version,
-                      train_s=train_s, judge_s=round(time.monotonic() - started, 1))
+                      teacher=taught_by, train_s=train_s, judge_s=round(time.monotonic() - started, 1))
 
 
 def _adapt_reranker(root: Storage, storage: Storage, cfg: AppConfig, questions: SyntheticSet,

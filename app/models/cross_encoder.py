@@ -53,14 +53,18 @@ def passage_text(title: str | None, text: str) -> str:
     return embedder.embed_text(title or "", text, include_title=True)
 
 
-def score(model: CrossEncoder, pairs: Sequence[tuple[str, str]], precision: Precision = "fp32") -> list[float]:
-    """The model's score of each (query, passage text) pair, in order, computed in `precision` (bf16: autocast)."""
+def score(model: CrossEncoder, pairs: Sequence[tuple[str, str]], precision: Precision = "fp32",
+          logits: bool = False) -> list[float]:
+    """The model's score of each (query, passage text) pair, in order, computed in `precision` (bf16: autocast):
+    the probability sentence-transformers gives a one-label model, or (`logits`) the logit under it, whose
+    differences are a teacher's margins (GPL)."""
     import torch
 
     if not pairs:
         return []
     with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        scores = model.predict(list(pairs), batch_size=64, show_progress_bar=False)
+        scores = model.predict(list(pairs), batch_size=64, show_progress_bar=False,
+                               activation_fn=torch.nn.Identity() if logits else None)
     return [float(s) for s in scores]
 
 

@@ -131,9 +131,26 @@ class EmbedderDataConfig(RerankerDataConfig):
     max_length: int = Field(default=256, ge=16, le=4096, description="Tokens of a passage the embedder reads "
                             "(MiniLM's sentence-transformers limit is 256).")
     query_max_length: int = Field(default=64, ge=8, le=4096, description="Tokens of a query.")
-    scale: float = Field(default=20.0, gt=0, description="Inverse temperature of the contrastive loss: cosine "
-                         "similarities are multiplied by it before the softmax over passages (sentence-"
-                         "transformers' MultipleNegativesRankingLoss uses 20).")
+    scale: float = Field(default=20.0, gt=0, description="Multiplies cosine similarities: the contrastive "
+                         "loss's inverse temperature before the softmax over passages (sentence-transformers' "
+                         "MultipleNegativesRankingLoss uses 20), and margin_mse's, so that the student's margins "
+                         "range as a cross-encoder's logits do.")
+    loss: Literal["contrastive", "margin_mse"] = Field(default="contrastive", description="contrastive: each "
+                                                       "query's positive against every passage of the micro-batch "
+                                                       "(the positives are the only labels). margin_mse (GPL, "
+                                                       "Wang et al. 2022): the teacher cross-encoder scores each "
+                                                       "group, and the embedder learns its margins, positive "
+                                                       "minus each hard negative, so a negative that is in fact "
+                                                       "relevant is not pushed away.")
+    teacher: str | None = Field(default=None, description="margin_mse: the cross-encoder whose logits label the "
+                                "groups, a reranker model spec (catalog:NAME[:VERSION], a local directory).")
+
+    @model_validator(mode="after")
+    def _teacher(self) -> EmbedderDataConfig:
+        if self.loss == "margin_mse" and not self.teacher:
+            raise ValueError("loss margin_mse needs a teacher (a cross-encoder: catalog:NAME[:VERSION] or a "
+                             "directory)")
+        return self
 
 
 class LoraConfig(ConfigBase):

@@ -255,10 +255,12 @@ def _question_pairs(pairs: RerankerDataConfig) -> list[QueryRow]:
 
 
 def prepare_groups(cfg: TrainJobConfig, pairs: RerankerDataConfig, storage: Storage, tokenize: type,
-                   tokenize_args: tuple[object, ...], columns: list[str], pad_id: int) -> Prepared:
+                   tokenize_args: tuple[object, ...], columns: list[str], pad_id: int,
+                   label: tuple[type, tuple[object, ...]] | None = None) -> Prepared:
     """(query, positive, hard negatives) groups for the reranker and the embedder: pairs from BEIR qrels, a
-    question set or the index itself (`pairs`), negatives mined from the index, then tokenized by the task's
-    `tokenize` callable into `columns`."""
+    question set or the index itself (`pairs`), negatives mined from the index, scored by a `label` callable
+    (class, constructor args) if the task has one, then tokenized by the task's `tokenize` callable into
+    `columns`."""
     from app.index.search import Index
 
     if pairs.beir_dir:
@@ -275,6 +277,9 @@ def prepare_groups(cfg: TrainJobConfig, pairs: RerankerDataConfig, storage: Stor
     mining = pairs.model_dump(include=set(RerankerDataConfig.model_fields))  # the embedder's has more fields
     ds = ds.map_batches(MineNegatives, fn_constructor_args=(index_storage.uri, version, mining, cfg.seed),
                         batch_size=64, compute=ray.data.ActorPoolStrategy(size=1))
+    if label is not None:
+        ds = ds.map_batches(label[0], fn_constructor_args=label[1], batch_size=64,
+                            compute=ray.data.ActorPoolStrategy(size=1))
     ds = ds.map_batches(tokenize, fn_constructor_args=tokenize_args, batch_size=64,
                         compute=ray.data.ActorPoolStrategy(size=1)).select_columns(columns).materialize()
     n = ds.count()

@@ -35,7 +35,8 @@ class Batch(TypedDict):
     token_type_ids: NotRequired[torch.Tensor]  # reranker: 0 on the query, 1 on the passage
     group_size: NotRequired[int]  # reranker, embedder: passages per group (the positive first, then negatives)
     queries: NotRequired[int]  # embedder: the first `queries` rows are queries, then each one's group
-    scale: NotRequired[float]  # embedder: inverse temperature of the contrastive loss
+    scale: NotRequired[float]  # embedder: multiplies cosine similarities in its loss
+    teacher: NotRequired[torch.Tensor]  # embedder, margin_mse: (queries, group_size) float32 teacher logits
 
 
 class BadRecord(UserError):

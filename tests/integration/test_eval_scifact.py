@@ -80,9 +80,10 @@ def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cl
 def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedder_and_reranker(
         ray_cluster, scifact_slice, store):
     """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks two sampled questions about each of 12 of the
-    slice's abstracts, the round trip filters the training questions, one training step each makes an embedder and
-    a reranker that cannot beat what is served on the held-out questions, and the gate refuses both: nothing is
-    promoted, the embedder's staged index version is discarded, and every count reconciles."""
+    slice's abstracts, the round trip filters the training questions, one training step each makes a reranker and
+    an embedder (taught the reranker's margins) that cannot beat what is served on the held-out questions, and the
+    gate refuses both: nothing is promoted, the embedder's staged index version is discarded, and every count
+    reconciles."""
     from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.storage import Storage
@@ -114,10 +115,11 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     kept = train + heldout  # each an ask of its chunk, no question twice for one chunk
     assert len({r["id"] for r in kept}) == len(kept) and all(r["id"].startswith(f"{r['chunk_id']}#") for r in kept)
     assert len({(r["chunk_id"], r["question"].lower()) for r in kept}) == len(kept)
-    embedder, reranker = report["roles"]
-    assert (embedder["role"], embedder["served"], embedder["candidate"]) == ("embedder", "all-MiniLM-L6-v2",
-                                                                             "adapted-embedder:v1")
+    reranker, embedder = report["roles"]
     assert (reranker["role"], reranker["served"], reranker["candidate"]) == ("reranker", "none", "adapted:v1")
+    # GPL: the refused reranker candidate, the newest cross-encoder, teaches the embedder its margins
+    assert (embedder["role"], embedder["served"], embedder["candidate"], embedder["teacher"]) == (
+        "embedder", "all-MiniLM-L6-v2", "adapted-embedder:v1", "catalog:adapted:1")
     for role in (embedder, reranker):
         c = role["comparison"]
         assert c["n"] == n["heldout"] and c["low"] <= 0 and role["decision"] == "refused", role
@@ -134,10 +136,10 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
 
 def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebuilds(ray_cluster, scifact_slice,
                                                                                       store):
-    """The embedder `adapt` trained above (its contrastive task, on questions written from the slice's own index:
-    no labels) and refused, promoted by hand (`models promote`): the collection is re-embedded into a new index
-    version that a Searcher embeds questions with, a plain rebuild keeps that embedder and reuses every vector, and
-    naming the packaged model goes back to the dataset's own vectors."""
+    """The embedder `adapt` trained above (on questions written from the slice's own index, taught by the reranker
+    adapt trained: no labels) and refused, promoted by hand (`models promote`): the collection is re-embedded into
+    a new index version that a Searcher embeds questions with, a plain rebuild keeps that embedder and reuses every
+    vector, and naming the packaged model goes back to the dataset's own vectors."""
     import faiss
     import numpy as np
 
@@ -158,6 +160,8 @@ def test_a_trained_embedder_promoted_re_embeds_the_index_and_stays_through_rebui
     assert run["state"] == "succeeded" and run["task"] == "embedder", run
     counts = run["counts"]
     assert counts["kept"] + sum(counts["dropped"].values()) == counts["records"] and counts["group_size"] == 4
+    assert (run["config"]["embedder"]["loss"], run["config"]["embedder"]["teacher"]) == ("margin_mse",
+                                                                                         "catalog:adapted:1")
 
     promoted = ragline(corpus, ray_cluster, "models", "promote", "adapted-embedder", "1")
     assert promoted["collection"] == "default" and promoted["index_version"] == before.version + 1, promoted

@@ -179,3 +179,26 @@ def test_several_questions_a_chunk_need_sampling():
     with pytest.raises(ValidationError, match="questions_per_chunk above 1 needs a temperature above 0"):
         WriterConfig(questions_per_chunk=2)
     assert WriterConfig(questions_per_chunk=2, temperature=0.7).questions_per_chunk == 2
+
+
+def test_the_embedders_teacher_is_the_promoted_reranker_else_the_newest_else_none(tmp_path):
+    from app.adapt.run import teacher
+    from app.catalog import Catalog
+    from app.config import AppConfig
+    from app.storage import Storage
+
+    root, cfg = Storage(str(tmp_path)), AppConfig()
+    assert cfg.adapt.teacher == "auto" and cfg.adapt.roles == ["reranker", "embedder"]  # the teacher trains first
+    assert teacher(cfg, root) is None  # no cross-encoder yet: the embedder learns contrastively
+    catalog = Catalog(root)
+    for n in (1, 2):
+        root.write_bytes(f"models/reranker/files-{n}/config.json", b"{}")
+        catalog.publish_model("reranker", {"task": "reranker", "run": f"r{n}", "base_model": "all-MiniLM-L6-v2",
+                                           "dir": f"models/reranker/files-{n}"})
+    assert teacher(cfg, root) == "catalog:reranker:2"  # the candidate adapt just trained
+    catalog.promote("reranker", 1)
+    assert teacher(cfg, root) == "catalog:reranker:1"  # what the gate let through
+    for spec in ("/models/ce", None):
+        named = cfg.model_copy(deep=True)
+        named.adapt.teacher = spec
+        assert teacher(named, root) == spec

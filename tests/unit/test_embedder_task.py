@@ -1,9 +1,11 @@
-"""The embedder task's pure parts: the micro-batch it collates and the contrastive loss over it."""
+"""The embedder task's pure parts: the micro-batch it collates, the contrastive loss and GPL's margin loss over it,
+and the config that chooses between them."""
 
 import numpy as np
 import pytest
 import torch
 
+from app.train.config import EmbedderDataConfig
 from app.train.embedder_task import collate_bi, loss, mean_pooled
 
 
@@ -45,3 +47,29 @@ def test_the_loss_labels_each_querys_own_positive_among_every_passage_of_the_bat
     batch = {"attention_mask": torch.ones(6, 1, dtype=torch.long), "queries": 2, "group_size": 2, "scale": 20.0}
     low, high = loss(right, batch), loss(wrong, batch)  # type: ignore[arg-type]
     assert low.item() == pytest.approx(0.0, abs=1e-6) and high.item() > 10
+
+
+def test_collate_carries_the_teachers_logits_group_by_group():
+    data = groups(2, 3) | {"teacher": np.array([[2.0, 0.5, -1.0], [1.0, 1.0, 0.0]], dtype=object)}
+    batch = collate_bi(data, pad_id=0, scale=20.0)
+    assert batch["teacher"].dtype == torch.float32 and batch["teacher"].tolist() == [[2.0, 0.5, -1.0],
+                                                                                     [1.0, 1.0, 0.0]]
+    assert "teacher" not in collate_bi(groups(2, 3), pad_id=0, scale=20.0)
+
+
+def test_the_margin_loss_matches_the_teachers_margins_not_its_scores():
+    # 1 query, a group of 3: the query [1, 0]; cosines 1 (positive), 0 and -1 (negatives); at scale 2 the
+    # embedder's margins are 2 and 4
+    out = encoded([[1, 0], [1, 0], [0, 1], [-1, 0]])
+    batch = {"attention_mask": torch.ones(4, 1, dtype=torch.long), "queries": 1, "group_size": 3, "scale": 2.0}
+    same = loss(out, batch | {"teacher": torch.tensor([[9.0, 7.0, 5.0]])})  # type: ignore[arg-type]
+    assert same.item() == pytest.approx(0.0, abs=1e-6)  # shifted logits, the same margins
+    # a "negative" the teacher finds as relevant as the positive: margin 0 wanted, 2 given; the other 4 → 5
+    off = loss(out, batch | {"teacher": torch.tensor([[3.0, 3.0, -2.0]])})  # type: ignore[arg-type]
+    assert off.item() == pytest.approx((2.0**2 + 1.0**2) / 2)
+
+
+def test_the_margin_loss_needs_a_teacher():
+    with pytest.raises(ValueError, match="loss margin_mse needs a teacher"):
+        EmbedderDataConfig(loss="margin_mse")
+    assert EmbedderDataConfig(loss="margin_mse", teacher="catalog:reranker").teacher == "catalog:reranker"
