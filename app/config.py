@@ -556,10 +556,12 @@ class AdaptConfig(ConfigBase):
                               "its chunk's document in this top k (InPars / Promptagator's filter).")
     round_trip_mode: Literal["dense", "lexical", "hybrid"] = Field(default="hybrid",
                                                                      description="Search mode of the round trip.")
-    roles: list[Literal["embedder", "reranker"]] = Field(
+    roles: list[Literal["embedder", "reranker", "generator"]] = Field(
         default=["reranker", "embedder"], min_length=1, description="What adapt trains and judges, in this order: "
         "reranker (the candidate against the promoted reranker, on the index served by then), embedder (a "
-        "candidate index re-embedded by it against the served index, retrieval alone; taught by `teacher`).")
+        "candidate index re-embedded by it against the served index, retrieval alone; taught by `teacher`), "
+        "generator (rag_qa fine-tuning on the questions with an answer span, judged by the running graph against "
+        "a copy of it serving the candidate, on the held-out ones: not by default, as it needs `ragline serve`).")
     teacher: str | None = Field(default="auto", description="The cross-encoder whose logits label the embedder's "
                                 "hard negatives (GPL's MarginMSE, embedder.loss margin_mse). auto: the promoted "
                                 "reranker_name, else its newest version (the candidate the reranker role just "
@@ -568,12 +570,17 @@ class AdaptConfig(ConfigBase):
     reranker_name: str = Field(default="reranker", description="Catalog name of the trained reranker; the gate "
                                "judges it against this name's promoted version (serve.reranker.model).")
     embedder_name: str = Field(default="embedder", description="Catalog name of the trained embedder.")
+    generator_name: str = Field(default="sft", description="Catalog name of the trained generator; the graph "
+                                "follows its promotions when it serves serve.generator.model=catalog:NAME.")
     train: dict[str, Any] = Field(default_factory=dict, description="Fields of the reranker's training job, over "
                                   "adapt's own (as in deployments/jobs/reranker.yaml: 2 epochs at lr 2e-4, 3 "
                                   "negatives), e.g. {max_steps: 200, num_workers: 1}.")
     embedder_train: dict[str, Any] = Field(default_factory=dict, description="Fields of the embedder's training "
                                            "job, over adapt's own (2 epochs at lr 3e-5, 3 hard negatives, 16 "
                                            "questions a worker per step).")
+    generator_train: dict[str, Any] = Field(default_factory=dict, description="Fields of the generator's "
+                                            "training job, over adapt's own (deployments/jobs/rag_qa.yaml's "
+                                            "settings for 2 epochs), e.g. {max_steps: 50}.")
     writer: WriterConfig = Field(default_factory=WriterConfig)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from app import serving
+from app import collections, serving
 from app.catalog import Catalog
 from app.config import GateConfig
 from app.errors import Conflict, UserError
@@ -72,6 +72,37 @@ def question_set(manifest_config: dict, dataset: Path | None) -> Path:
     return Path(rag_qa)
 
 
+class GeneratorJudgment(BaseModel):
+    """The served graph and a copy of it serving the candidate, asked the same questions."""
+
+    served: AnswerEvalReport
+    candidate: AnswerEvalReport
+    comparison: Comparison  # per-question F1, paired
+    refusal: str | None  # why the candidate is not promoted (`refusal`); None: it earned it
+
+
+def judge_generator(storage: Storage, spec: str, endpoint: Endpoint, questions: Path, *, idk: str,
+                    gate: GateConfig | None = None, split: str = "dev", limit: int | None = 200,
+                    concurrency: int = 8, collection: str = collections.DEFAULT) -> GeneratorJudgment:
+    """The graph served at `endpoint` against a copy of it whose generator is `spec` (catalog:NAME:VERSION), on
+    the same questions about `collection`. Needs a connected Ray."""
+
+    def ask(at: Endpoint) -> AnswerEvalReport:
+        return evaluate_answers(questions, split, at, storage, idk=idk, limit=limit, concurrency=concurrency,
+                                collection=collection)
+
+    try:
+        prefix, apps = serving.deploy_candidate(spec)
+        served = ask(endpoint)  # while the candidate loads
+        serving.wait_running(apps, CANDIDATE_READY_S)
+        candidate = ask(Endpoint(endpoint.url.rstrip("/") + prefix, endpoint.key, endpoint.timeout_s))
+    finally:
+        serving.remove_candidate()
+    comparison = compare(storage, served, candidate, gate or GateConfig())
+    return GeneratorJudgment(served=served, candidate=candidate, comparison=comparison,
+                             refusal=refusal(served, candidate, comparison))
+
+
 def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpoint, *, idk: str,
                       gate: GateConfig | None = None, dataset: Path | None = None, split: str = "dev",
                       limit: int | None = 200, concurrency: int = 8) -> PromotionResult:
@@ -79,23 +110,14 @@ def promote_generator(storage: Storage, name: str, version: int, endpoint: Endpo
     Conflict with both scores. Needs a connected Ray and the graph served at `endpoint`."""
     catalog = Catalog(storage)
     questions = question_set(catalog.get_model(name, version).config, dataset)
-
-    def ask(at: Endpoint) -> AnswerEvalReport:
-        return evaluate_answers(questions, split, at, storage, idk=idk, limit=limit, concurrency=concurrency)
-
-    try:
-        prefix, apps = serving.deploy_candidate(f"catalog:{name}:{version}")
-        served = ask(endpoint)  # while the candidate loads
-        serving.wait_running(apps, CANDIDATE_READY_S)
-        candidate = ask(Endpoint(endpoint.url.rstrip("/") + prefix, endpoint.key, endpoint.timeout_s))
-    finally:
-        serving.remove_candidate()
-    comparison = compare(storage, served, candidate, gate or GateConfig())
-    if why := refusal(served, candidate, comparison):
+    j = judge_generator(storage, f"catalog:{name}:{version}", endpoint, questions, idk=idk, gate=gate, split=split,
+                        limit=limit, concurrency=concurrency)
+    served, candidate = j.served, j.candidate
+    if j.refusal:
         raise Conflict(
             f"not promoted: {name} v{version} scores F1 {candidate.f1:.1f} (exact match {candidate.exact_match:.1f})"
             f" on {candidate.questions} {split} questions of {questions.name}, against F1 {served.f1:.1f} (exact "
-            f"match {served.exact_match:.1f}) for {served.generator}, served now: {why} (eval runs "
+            f"match {served.exact_match:.1f}) for {served.generator}, served now: {j.refusal} (eval runs "
             f"{candidate.run_id}, {served.run_id}); --force promotes it anyway")
     catalog.promote(name, version)
-    return PromotionResult(name=name, version=version, served=served, candidate=candidate, comparison=comparison)
+    return PromotionResult(name=name, version=version, served=served, candidate=candidate, comparison=j.comparison)

@@ -10,6 +10,10 @@
      contrastively without one. Judged as the collection re-embedded by the candidate (a staged index version)
      against the served index, retrieval alone. Promoted, the staged version is published: the graph swaps to it
      and embeds questions with its embedder; refused, it is discarded.
+   - generator (opt-in: it is judged by the running graph): `rag_qa` fine-tuning on the training questions that
+     kept an answer span, judged as `models promote` judges one: the served graph and a copy of it serving the
+     candidate answer the held-out questions with an answer span, by a paired bootstrap of their F1. A graph
+     serving `serve.generator.model=catalog:NAME` swaps to a promoted one.
 Every step is stored under `adapt/<run>/` in the collection's storage and recorded in MLflow.
 """
 
@@ -33,21 +37,28 @@ from app.eval.paired import Comparison, paired_bootstrap
 from app.storage import Storage
 
 if TYPE_CHECKING:
+    from app.eval.answers import Endpoint
     from app.index.search import Index
     from app.train.config import TrainJobConfig
     from app.train.run import TrainRunRecord
 
 EXPERIMENT = "ragline-adapt"
-Role = Literal["embedder", "reranker"]
+Role = Literal["embedder", "reranker", "generator"]
 # each role's job: the reranker's as deployments/jobs/reranker.yaml trains it on SciFact's qrels, the embedder's a
-# short contrastive fine-tune; adapt.train and adapt.embedder_train go on top
+# short fine-tune, the generator's as deployments/jobs/rag_qa.yaml (2 epochs: measured 22.8 F1 on SQuAD dev, 3
+# epochs 21.4, benchmarks/results/adapt_answers-*); adapt.train, adapt.embedder_train and adapt.generator_train go
+# on top
 QGEN, PROMPTED = "qgen", "SmolLM2-135M-Instruct"  # adapt.writer.model auto: the trained writer, else this one
 TRAIN: dict[Role, dict[str, object]] = {
     "reranker": {"epochs": 2, "lr": 2e-4, "warmup_steps": 10, "batch_size": 8,
                  "reranker": {"negatives": 3, "mine_top_k": 30, "max_length": 192}},
     "embedder": {"epochs": 2, "lr": 3e-5, "warmup_steps": 10, "batch_size": 16,
                  "embedder": {"negatives": 3, "mine_top_k": 30, "max_length": 256}},
+    "generator": {"epochs": 2, "lr": 2e-4, "warmup_steps": 10, "batch_size": 4, "grad_accum": 4,
+                  "freeze_layers": 16, "num_workers": 1, "cpus_per_worker": 0.5, "torch_threads": 2,
+                  "on_bad_record": "skip", "sft": {"max_length": 1024, "group_by_length": 64}},
 }
+TASK: dict[Role, str] = {"reranker": "reranker", "embedder": "embedder", "generator": "sft"}
 
 
 class RoleReport(BaseModel):
@@ -55,9 +66,9 @@ class RoleReport(BaseModel):
 
     role: Role
     training_run: str
-    served: str  # reranker: "NAME:vN" or "none"; embedder: the served index's embedder
+    served: str  # reranker: "NAME:vN" or "none"; embedder: the served index's embedder; generator: the graph's
     candidate: str  # "NAME:vN"
-    comparison: Comparison  # nDCG@k on the held-out questions
+    comparison: Comparison  # nDCG@k on the held-out questions; generator: per-question F1 (0-1)
     decision: Literal["promoted", "refused"]
     index_version: int | None = None  # embedder, promoted: the index version it embedded
     teacher: str | None = None  # embedder: the cross-encoder spec whose margins it learned; None: contrastive
@@ -163,24 +174,34 @@ def _compare(served: list[float], candidate: list[float], cfg: AppConfig) -> Com
 
 
 def role_job(cfg: AppConfig, role: Role, name: str, data: dict[str, object]) -> TrainJobConfig:
-    """A role's training job: TRAIN[role], then adapt.train (reranker) or adapt.embedder_train, then where its
-    questions are (`data`, the job's data section); a bad field is the user's error, named as the setting's."""
+    """A role's training job: TRAIN[role] (the generator in bf16 where the CPU has it natively), then
+    adapt.train (reranker), adapt.embedder_train or adapt.generator_train, then where its questions are (`data`,
+    the job's data section); a bad field is the user's error, named as the setting's."""
     from app.train.config import parse_job_config, with_serving
 
     a = cfg.adapt
-    setting, overrides, catalog_name = (("adapt.embedder_train", a.embedder_train, a.embedder_name)
-                                        if role == "embedder" else ("adapt.train", a.train, a.reranker_name))
-    fields = merge(merge(TRAIN[role], overrides), {"task": role, "register_as": catalog_name, role: data})
+    setting, overrides, catalog_name = {
+        "reranker": ("adapt.train", a.train, a.reranker_name),
+        "embedder": ("adapt.embedder_train", a.embedder_train, a.embedder_name),
+        "generator": ("adapt.generator_train", a.generator_train, a.generator_name)}[role]
+    base = TRAIN[role] | ({"precision": "bf16"} if role == "generator" and hardware.detect().cpu_bf16 else {})
+    task = TASK[role]
+    section = {"rag_qa": data} if role == "generator" else data
+    fields = merge(merge(base, overrides), {"task": task, "register_as": catalog_name, task: section})
     return with_serving(parse_job_config({"name": name} | fields, setting), cfg)
 
 
-def adapt(root: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet | None = None) -> AdaptReport:
+def adapt(root: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet | None = None,
+          endpoint: Endpoint | None = None) -> AdaptReport:
     """The whole adaptation of one collection (`questions`: a synthesis run to reuse instead of writing new
-    questions). Needs a connected Ray."""
+    questions; `endpoint`: the served graph, which judges a generator). Needs a connected Ray."""
     storage = collections.storage_of(root, collection)
     a = cfg.adapt
-    for role in a.roles:
-        role_job(cfg, role, "check", {})  # a bad adapt.train fails now, not after the questions are written
+    for role in a.roles:  # a bad adapt.train fails now, not after the questions are written
+        role_job(cfg, role, "check", {"dataset": "questions"} if role == "generator" else {})
+    if "generator" in a.roles and endpoint is None:
+        raise UserError("adapt.roles has generator, which the served graph judges: run `ragline serve` with this "
+                        "--storage first, or give --url")
     if questions is None:
         questions = synthesize(storage, a, cfg.search, *writer_model(cfg, root))
     if not questions.counts.train or not questions.counts.heldout:
@@ -192,7 +213,8 @@ def adapt(root: Storage, collection: str, cfg: AppConfig, questions: SyntheticSe
             "index_version": questions.index_version}
     steps: dict[Role, Callable[[], RoleReport]] = {
         "embedder": lambda: _adapt_embedder(root, storage, collection, cfg, questions, heldout, data),
-        "reranker": lambda: _adapt_reranker(root, storage, cfg, questions, heldout, data)}
+        "reranker": lambda: _adapt_reranker(root, storage, cfg, questions, heldout, data),
+        "generator": lambda: _adapt_generator(root, storage, collection, cfg, questions, heldout, endpoint)}
     report = AdaptReport(collection=collection, questions=questions, roles=[steps[role]() for role in a.roles])
     storage.write_json(f"{RUNS}/{questions.run_id}/report.json", report.model_dump())
     _log(cfg, root, report)
@@ -258,6 +280,36 @@ def _adapt_reranker(root: Storage, storage: Storage, cfg: AppConfig, questions: 
                       train_s=train_s, judge_s=round(time.monotonic() - started, 1))
 
 
+def _adapt_generator(root: Storage, storage: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet,
+                     heldout: list[SyntheticRow], endpoint: Endpoint | None) -> RoleReport:
+    """rag_qa on the training questions with an answer span; judged on the held-out ones with an answer span."""
+    import json
+
+    from app.promotion import judge_generator
+
+    assert endpoint is not None  # adapt checked
+    answered = [r for r in heldout if r["answers"]]
+    if not answered:
+        raise UserError(f"synthesis run {questions.run_id}: none of its {len(heldout)} held-out questions has an "
+                        "answer span to judge a generator by")
+    judged = f"{RUNS}/{questions.run_id}/heldout-answered.jsonl"
+    storage.write_bytes(judged, "".join(json.dumps(r) + "\n" for r in answered).encode())
+    name = cfg.adapt.generator_name
+    data = {"dataset": str(local_file(storage, questions.train_file)), "split": "all", "collection": collection,
+            "index_version": questions.index_version}
+    record, version, train_s = _train(cfg, "generator", name, questions, data, root)
+    started = time.monotonic()
+    j = judge_generator(root, f"catalog:{name}:{version}", endpoint, local_file(storage, judged),
+                        idk=cfg.serve.generator.idk_answer, gate=cfg.gate, split="all", limit=None,
+                        collection=collection)
+    if j.refusal is None:
+        Catalog(root).promote(name, version)
+    return RoleReport(role="generator", training_run=record["name"], served=j.served.generator,
+                      candidate=f"{name}:v{version}", comparison=j.comparison,
+                      decision="promoted" if j.refusal is None else "refused", train_s=train_s,
+                      judge_s=round(time.monotonic() - started, 1))
+
+
 def _log(cfg: AppConfig, root: Storage, report: AdaptReport) -> None:
     uri = tracking.tracking_uri(None, root)
     q = report.questions
@@ -266,9 +318,8 @@ def _log(cfg: AppConfig, root: Storage, report: AdaptReport) -> None:
         experiment=EXPERIMENT)
     metrics = {**q.counts.model_dump(exclude={"rejected"}), "write_s": q.write_s, "round_trip_s": q.round_trip_s}
     for r in report.roles:
-        c = r.comparison
-        metrics |= {f"{r.role}_train_s": r.train_s, f"{r.role}_judge_s": r.judge_s, f"{r.role}_ndcg_served": c.served,
-                    f"{r.role}_ndcg_candidate": c.candidate, f"{r.role}_ndcg_low": c.low,
-                    f"{r.role}_ndcg_high": c.high}
+        c, m = r.comparison, f"{r.role}_{'f1' if r.role == 'generator' else 'ndcg'}"
+        metrics |= {f"{r.role}_train_s": r.train_s, f"{r.role}_judge_s": r.judge_s, f"{m}_served": c.served,
+                    f"{m}_candidate": c.candidate, f"{m}_low": c.low, f"{m}_high": c.high}
     tracking.log_metrics(uri, run, metrics, step=0)
     tracking.finish(uri, run, {f"ragline.{r.role}": r.decision for r in report.roles})

@@ -1,5 +1,5 @@
-"""`ragline adapt`: adapt the embedder and the reranker to a collection with no labels; `ragline adapt
-questions`: only its first step, the synthetic question sets."""
+"""`ragline adapt`: adapt the reranker, the embedder (and the generator) to a collection with no labels;
+`ragline adapt questions`: only its first step, the synthetic question sets."""
 
 from __future__ import annotations
 
@@ -19,22 +19,30 @@ def adapt(
     ctx: typer.Context,
     collection: Collection = "default",
     questions: Reuse = None,
+    url: Annotated[str | None, typer.Option(help="The served graph, which judges a generator (adapt.roles with "
+                                            "generator). [default: the one `ragline serve` started]")] = None,
+    key: Annotated[str | None, typer.Option(help="API key. [default: as `ragline serve` resolves it]")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Write questions about the collection's chunks (vLLM on Ray Data), keep those the retriever answers, train
-    the embedder and the reranker on them, and promote each only if it ranks held-out questions' passages better
-    than what is served (a paired bootstrap); a promoted embedder re-embeds the collection into a new index
-    version. Settings: the `adapt` section of the config (--set adapt.chunks=500, --set adapt.roles=[reranker])."""
+    the reranker and the embedder (taught by the reranker) on them, and promote each only if it ranks held-out
+    questions' passages better than what is served (a paired bootstrap); a promoted embedder re-embeds the
+    collection into a new index version. With --set adapt.roles=[reranker,embedder,generator] the generator is
+    fine-tuned on the questions' answers too and promoted only if the served graph, copied with it, answers the
+    held-out ones better. Settings: the `adapt` section of the config (--set adapt.chunks=500)."""
     if ctx.invoked_subcommand is not None:
         return
     from app.adapt.run import adapt as run_adapt
     from app.adapt.synthesize import synthesis_run
+    from app.cli.serve import endpoint
+    from app.eval.answers import Endpoint
 
     c: Context = ctx.obj
     storage = c.collection(collection)
     reused = synthesis_run(storage, questions, f"collection {collection!r}") if questions is not None else None
+    at = Endpoint(*endpoint(c, url, key)) if "generator" in c.cfg.adapt.roles else None
     connect(c)
-    report = run_adapt(c.storage, collection, c.cfg, reused)
+    report = run_adapt(c.storage, collection, c.cfg, reused, at)
     if as_json:
         return print_json(report.model_dump())
     q = report.questions
@@ -42,13 +50,15 @@ def adapt(
               f"{q.counts.sampled} questions asked ({sum(q.counts.rejected.values())} replies held no new question, "
               f"{q.counts.dropped} failed the round trip)")
     for r in report.roles:
-        out.print(f"{r.role} {r.candidate} against {r.served}: {r.comparison.describe(f'nDCG@{c.cfg.gate.k}')}")
+        metric = "per-question F1" if r.role == "generator" else f"nDCG@{c.cfg.gate.k}"
+        taught = f" (taught by {r.teacher})" if r.teacher else ""
+        out.print(f"{r.role} {r.candidate}{taught} against {r.served}: {r.comparison.describe(metric)}")
         if r.decision == "refused":
             out.print("  refused: nothing served changed")
         elif r.index_version is not None:
             out.print(f"  promoted: index version {r.index_version} is embedded by it; a serving graph swaps to it")
         else:
-            out.print(f"  promoted: a graph serving serve.reranker.model=catalog:{r.candidate.split(':')[0]} swaps "
+            out.print(f"  promoted: a graph serving serve.{r.role}.model=catalog:{r.candidate.split(':')[0]} swaps "
                       "to it")
 
 

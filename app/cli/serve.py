@@ -222,8 +222,8 @@ def status(ctx: typer.Context, collection: Collection = "default",
             v.add_row(str(m["version"]), m["created_at"], str(m["parent"] or "-"),
                       str(m["counts"].get("documents", "")), str(m["counts"].get("chunks", "")), str(m["embedder"]))
         out.print(v)
-    at = Table("run", "questions (train / held out)", "candidate", "served", "held-out nDCG", "decision",
-               title=f"adapt runs ({collection})")
+    at = Table("run", "questions (train / held out)", "candidate", "served", "held-out nDCG (generator: F1)",
+               "decision", title=f"adapt runs ({collection})")
     for a in adapted:
         n = a.questions.counts
         if a.report is None:

@@ -32,6 +32,8 @@ class RagQAConfig(ConfigBase):
                                                   "split by article, so `ragline eval answers --split dev` asks "
                                                   "about articles no example came from.")
     limit: int | None = Field(default=None, ge=1, description="Use this many questions, spread evenly. None: all.")
+    collection: str = Field(default="default", pattern=collections.NAME_RE.pattern, description="The collection "
+                            "whose index holds the questions' documents and gives the passages.")
     index_version: int | None = Field(default=None, ge=1, description="Index the passages come from. None: the "
                                       "latest.")
     top_k: int = Field(default=5, ge=1, le=100, description="Passages retrieved per question, as /v1/query's "

