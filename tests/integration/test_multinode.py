@@ -1,8 +1,9 @@
 """Three Ray nodes on one machine (`ray.cluster_utils.Cluster`: a head with no CPUs and two 1-CPU workers), driven
-through the `ragline` CLI as a user would: ingest and re-embedding spread their embedding actors over both
-workers, a two-worker training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a
-worker node killed in the middle of a sync (new documents, an edited one, a deleted file) is survived in-run: the
-run publishes one complete version with every change in it, every document once.
+through the `ragline` CLI as a user would: ingest and re-embedding spread their embedding actors over both workers,
+adapt's question writer puts a vLLM engine on each, a two-worker training run with placement_strategy STRICT_SPREAD
+puts one worker on each node, and a worker node killed in the middle of a sync (new documents, an edited one, a
+deleted file) is survived in-run: the run publishes one complete version with every change in it, every document
+once.
 
 What the kill costs depends on what the node held. An embedding actor there is restarted on another node and its
 block retried. Blocks of the fused read→chunk task there are rebuilt by running that task again; its dedup
@@ -237,6 +238,35 @@ def test_ingest_and_re_embedding_spread_embedding_actors_over_both_workers(clust
     done = latest.extra["reembedded"]
     assert done["actors"] == 2 and set(done["rows_by_node"]) == set(cluster.workers), done
     assert done["embedded"] == sum(done["rows_by_node"].values()) == report["chunks"], done
+
+
+# the nodes each vLLM engine actor of ray.data.llm ran on (alive or dead), read from the GCS's actor table
+ENGINE_NODES = """
+import json, sys
+import ray
+from ray._private.state import actors
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(json.dumps(sorted(a["Address"]["NodeID"] for a in actors().values() if "vLLMEngine" in a["ActorClassName"])))
+"""
+
+
+def test_adapts_question_writer_puts_an_engine_on_each_worker_node(cluster, ingested, tmp_path):
+    """`ragline adapt questions` with two writer engines: `ray.data.llm` places one vLLM engine actor on each
+    1-CPU worker (0.8 CPU each, leaving room for its light stages), the questions come back, and the counts
+    reconcile."""
+    store = shutil.copytree(ingested[0], tmp_path / "store")
+    done = cluster.ragline(store, "--set", "adapt.chunks=8", "--set", "adapt.min_chunk_words=5", "--set",
+                           "adapt.writer.engines=2", "--set", "adapt.writer.cpus=0.8", "--set",
+                           "adapt.writer.batch_size=2", "--set", "adapt.writer.max_tokens=24", "--set",
+                           "adapt.writer.kv_cache_gib=0.5", "adapt", "questions", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    n = json.loads(done.stdout)["counts"]
+    assert n["sampled"] == 8 and n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + \
+        n["heldout"], n
+    nodes = subprocess.run([sys.executable, "-c", ENGINE_NODES, cluster.address], capture_output=True, text=True,
+                           timeout=120, env=cluster.env)
+    assert nodes.returncode == 0, nodes.stderr[-3000:]
+    assert sorted(json.loads(nodes.stdout)) == sorted(cluster.workers), (nodes.stdout, cluster.workers)
 
 
 def test_strict_spread_puts_each_training_worker_on_its_own_node(cluster, tmp_path, tiny_lm):

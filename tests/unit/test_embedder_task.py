@@ -73,3 +73,22 @@ def test_the_margin_loss_needs_a_teacher():
     with pytest.raises(ValueError, match="loss margin_mse needs a teacher"):
         EmbedderDataConfig(loss="margin_mse")
     assert EmbedderDataConfig(loss="margin_mse", teacher="catalog:reranker").teacher == "catalog:reranker"
+
+
+def test_the_teacher_scores_each_group_with_the_cross_encoders_logits(tmp_path):
+    from app.models import cross_encoder
+    from app.train.embedder_task import TeacherScores
+
+    texts = [["Zebras migrate north each July.", "A for loop repeats a block."],
+             ["Actin is stained by phalloidin.", "Zebras migrate north each July."]]
+    batch = {"query": np.array(["When do zebras migrate?", "What stains actin?"], dtype=object),
+             "texts": np.array(texts, dtype=object), "qid": np.array(["q1", "q2"], dtype=object)}
+    model = cross_encoder.load(cross_encoder.resolve("all-MiniLM-L6-v2"), max_length=64)  # a head drawn at random
+    model.save(str(tmp_path / "ce"))  # the teacher, a directory: the same head
+    out = TeacherScores(str(tmp_path), str(tmp_path / "ce"), 64)(batch)
+    assert list(out["qid"]) == ["q1", "q2"] and len(out["teacher"]) == 2 and all(len(t) == 2 for t in out["teacher"])
+    pairs = [(q, t) for q, group in zip(batch["query"], texts, strict=True) for t in group]
+    logits = cross_encoder.score(model, pairs, logits=True)
+    assert np.allclose([s for t in out["teacher"] for s in t], logits, atol=1e-5)
+    probabilities = cross_encoder.score(model, pairs)  # what serving reads: the sigmoid of the logit
+    assert np.allclose(probabilities, 1 / (1 + np.exp(-np.array(logits))), atol=1e-5)
