@@ -564,9 +564,9 @@ class AdaptConfig(ConfigBase):
         "a copy of it serving the candidate, on the held-out ones: not by default, as it needs `ragline serve`).")
     teacher: str | None = Field(default="auto", description="The cross-encoder whose logits label the embedder's "
                                 "hard negatives (GPL's MarginMSE, embedder.loss margin_mse). auto: the promoted "
-                                "reranker_name, else its newest version (the candidate the reranker role just "
-                                "trained), else none. A reranker model spec names one. null: none, the embedder "
-                                "learns contrastively from the questions alone.")
+                                "reranker_name (promoted by the reranker role just before, or earlier), else none. "
+                                "A reranker model spec names one. null: the embedder learns contrastively from "
+                                "the questions alone.")
     reranker_name: str = Field(default="reranker", description="Catalog name of the trained reranker; the gate "
                                "judges it against this name's promoted version (serve.reranker.model).")
     embedder_name: str = Field(default="embedder", description="Catalog name of the trained embedder.")

@@ -5,12 +5,13 @@ never reads; side by side in one run with what a user without labels has otherwi
 - the reranker `ragline train reranker` makes without labels today (pseudo-queries: a chunk's title or first
   sentence, `reranker.self_queries`), trained the same way on as many queries as adapt kept;
 - adapt's reranker, trained on the synthetic questions (SmolLM2 on vLLM through Ray Data, round-trip filtered);
-- adapt's embedder, trained on the same questions and taught by adapt's reranker (GPL's MarginMSE over the mined
-  hard negatives): the corpus re-embedded by it (dense, BM25, hybrid), and with adapt's reranker on top (what adapt
-  serves when the gate lets both through);
-- the same embedder trained contrastively on the same questions, without a teacher (`adapt.teacher=null`: the
-  positives are the only labels). Each embedder is measured whatever the gate decided: a refused candidate index is
-  published in the benchmark's own store to be measured.
+- adapt's embedder trained on the same questions, taught by adapt's reranker (GPL's MarginMSE over the mined hard
+  negatives; what adapt does when the gate promoted that reranker): the corpus re-embedded by it (dense, BM25,
+  hybrid), and with adapt's reranker on top;
+- the same embedder trained contrastively on the same questions, without a teacher (what adapt does when no
+  reranker is promoted: the positives are the only labels), judged by the gate against the taught one's index.
+  Each embedder is measured whatever the gate decided: a refused candidate index is published in the benchmark's
+  own store to be measured.
 
 Each reranker is scored as served: the hybrid retriever's top `serve.reranker.candidates` reordered by the
 cross-encoder fused with the retriever's order ("hybrid+rerank"). The qrels-trained reranker's figure is quoted
@@ -153,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                                         base.precision)))
             return got, evaluate(dataset, root, cfg, None), evaluate(dataset, root, cfg, adapted_dir), seconds
 
-        # GPL: taught by adapt's reranker (promoted or not); then the same questions without a teacher
-        embedder_report, reembedded, both, embedder_s = adapt_embedder("embedder", "auto")
+        # GPL: taught by adapt's reranker, promoted or not (adapt.teacher auto takes it only promoted); then the
+        # same questions without a teacher
+        taught_by = "catalog:" + report.roles[0].candidate.replace(":v", ":")
+        embedder_report, reembedded, both, embedder_s = adapt_embedder("embedder", taught_by)
         contrastive_report, contrastive, contrastive_both, contrastive_s = adapt_embedder("contrastive", None)
     ray.shutdown()
 

@@ -130,13 +130,14 @@ def writer_model(cfg: AppConfig, root: Storage) -> tuple[str, str]:
 
 
 def teacher(cfg: AppConfig, root: Storage) -> str | None:
-    """The embedder's teacher as a `catalog:NAME:VERSION` or given spec (`adapt.teacher`), or None."""
+    """The embedder's teacher as a `catalog:NAME:VERSION` or given spec (`adapt.teacher`), or None. auto: only a
+    reranker that earned its promotion teaches (measured on SciFact: taught by a candidate the gate refused, the
+    embedder scored dense nDCG@10 0.665 against 0.673 trained without a teacher)."""
     spec, name = cfg.adapt.teacher, cfg.adapt.reranker_name
     if spec != "auto":
         return spec
-    catalog = Catalog(root)
-    chosen = catalog.promoted(name) or next(reversed(catalog.model_versions(name)), None)
-    return f"catalog:{name}:{chosen.version}" if chosen else None
+    promoted = Catalog(root).promoted(name)
+    return f"catalog:{name}:{promoted.version}" if promoted else None
 
 
 def read_rows(storage: Storage, rel: str) -> list[SyntheticRow]:

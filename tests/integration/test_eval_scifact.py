@@ -97,7 +97,8 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
                  # one undamped step (no warm-up) moves the vectors enough for the next test to see
                  'adapt.embedder_train={"max_steps": 1, "num_workers": 1, "batch_size": 4, "lr": 1e-4, '
                  '"warmup_steps": 0, "embedder": {"max_length": 96}}', "adapt.embedder_name=adapted-embedder",
-                 "adapt.writer.max_tokens=32", "adapt.writer.passage_words=80"]
+                 "adapt.writer.max_tokens=32", "adapt.writer.passage_words=80",
+                 "adapt.teacher=catalog:adapted:1"]  # the reranker trained just before (auto: only a promoted one)
     report = ragline(corpus, ray_cluster, *(a for o in overrides for a in ("--set", o)), "adapt")
     q = report["questions"]
     n = q["counts"]
@@ -117,7 +118,7 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     assert len({(r["chunk_id"], r["question"].lower()) for r in kept}) == len(kept)
     reranker, embedder = report["roles"]
     assert (reranker["role"], reranker["served"], reranker["candidate"]) == ("reranker", "none", "adapted:v1")
-    # GPL: the refused reranker candidate, the newest cross-encoder, teaches the embedder its margins
+    # GPL: the reranker candidate, named as the teacher, teaches the embedder its margins
     assert (embedder["role"], embedder["served"], embedder["candidate"], embedder["teacher"]) == (
         "embedder", "all-MiniLM-L6-v2", "adapted-embedder:v1", "catalog:adapted:1")
     for role in (embedder, reranker):
