@@ -319,8 +319,9 @@ class VllmConfig(ConfigBase):
                               "batching); more wait in the engine's queue.")
     enable_prefix_caching: bool = Field(default=True, description="Reuse the KV cache of shared prompt "
                                         "prefixes (every prompt starts with the same system prompt).")
-    kv_cache_gib: float = Field(default=2.0, gt=0, le=1024, description="On cpu: KV-cache size in GiB "
-                                "(VLLM_CPU_KVCACHE_SPACE); vLLM refuses to start without it.")
+    kv_cache_gib: int = Field(default=2, ge=1, le=1024, description="On cpu: KV-cache size in whole GiB "
+                              "(VLLM_CPU_KVCACHE_SPACE, which vLLM reads as an integer); vLLM refuses to start "
+                              "without it.")
     reserved_cpus: int = Field(default=0, ge=0, description="On cpu: cores vLLM keeps for other work "
                                "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
     one_process: bool = Field(default=True, description="On cpu: run vLLM's lone model worker inside its engine "
@@ -518,7 +519,8 @@ class WriterConfig(ConfigBase):
     engines: int = Field(default=1, ge=1, description="Engine actors (Ray Data spreads them over the nodes).")
     cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray (on cpu vLLM's "
                         "threads use every core the node has).")
-    kv_cache_gib: float = Field(default=1.0, gt=0, description="On cpu: each engine's KV cache (GiB).")
+    kv_cache_gib: int = Field(default=1, ge=1, description="On cpu: each engine's KV cache, in whole GiB (vLLM "
+                              "reads VLLM_CPU_KVCACHE_SPACE as an integer).")
     max_num_seqs: int = Field(default=32, ge=1, description="Sequences one engine decodes together.")
     batch_size: int = Field(default=32, ge=1, description="Chunks per Ray Data batch sent to an engine.")
 

@@ -186,7 +186,7 @@ class OneProcessServer(LLMServer):
 
 def engine_env(gen: GeneratorConfig) -> dict[str, str]:
     """The VLLM_CPU_* settings Ragline's LLM application gives its engine (deployments/llm.py:llm_config)."""
-    return {"VLLM_CPU_KVCACHE_SPACE": f"{gen.vllm.kv_cache_gib:g}",
+    return {"VLLM_CPU_KVCACHE_SPACE": str(gen.vllm.kv_cache_gib),
             "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.vllm.reserved_cpus)}
 
 

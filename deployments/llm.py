@@ -72,7 +72,7 @@ def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
     else:
         # Without accelerator settings Ray Serve LLM asks for a GPU; on CPU the engine lives in one CPU bundle.
         bundles = [{"CPU": vllm.cpus}]
-        runtime_env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": f"{vllm.kv_cache_gib:g}",
+        runtime_env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(vllm.kv_cache_gib),
                                     "VLLM_CPU_NUM_OF_RESERVED_CPU": str(vllm.reserved_cpus)}}
     # the replica actor takes no CPU beside the engine's bundle
     return LLMConfig(model_loading_config={"model_id": model_id}, engine_kwargs=engine_kwargs,

@@ -36,7 +36,7 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
         env: dict[str, str] = {}
     else:
         bundles = [{"CPU": cfg.cpus}]
-        env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     config = vLLMEngineProcessorConfig(
         model_source=model_path, engine_kwargs=engine_kwargs, concurrency=cfg.engines, batch_size=cfg.batch_size,
         placement_group_config={"bundles": bundles}, runtime_env={"env_vars": env} if env else None,

@@ -257,8 +257,8 @@ def test_adapts_question_writer_puts_an_engine_on_each_worker_node(cluster, inge
     store = shutil.copytree(ingested[0], tmp_path / "store")
     done = cluster.ragline(store, "--set", "adapt.chunks=8", "--set", "adapt.min_chunk_words=5", "--set",
                            "adapt.writer.engines=2", "--set", "adapt.writer.cpus=0.8", "--set",
-                           "adapt.writer.batch_size=2", "--set", "adapt.writer.max_tokens=24", "--set",
-                           "adapt.writer.kv_cache_gib=0.5", "adapt", "questions", "--json", timeout=600)
+                           "adapt.writer.batch_size=2", "--set", "adapt.writer.max_tokens=24", "adapt",
+                           "questions", "--json", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     n = json.loads(done.stdout)["counts"]
     assert n["sampled"] == 8 and n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + \

@@ -666,7 +666,8 @@ def test_adapt_fine_tunes_the_generator_on_its_questions_and_the_served_graph_re
     trained = catalog.get_model("sft", served_sft + 1)
     rag_qa = trained.config["sft"]["rag_qa"]
     assert (rag_qa["split"], rag_qa["collection"]) == ("all", "default")
-    assert rag_qa["dataset"].endswith(f"adapt/{run}/train.jsonl") and trained.data["counts"]["kept"] == 1
+    # the run's training questions (read from a local copy where the storage is remote)
+    assert rag_qa["dataset"].endswith("train.jsonl") and trained.data["counts"]["kept"] == 1
     judged = storage.read_bytes(f"adapt/{run}/heldout-answered.jsonl").decode().splitlines()
     assert [json.loads(r)["question"] for r in judged] == [QUESTION]
     assert storage.read_json(f"adapt/{run}/report.json")["roles"][0]["decision"] == "refused"

@@ -29,7 +29,7 @@ def test_serve_llm_and_bare_vllm_get_the_engine_options_ragline_serves_with():
     theirs = LLMConfig.model_validate(app["args"]["llm_configs"][0])  # what Serve LLM's builder will validate
     assert theirs.engine_kwargs == ours
     assert theirs.model_id == MODEL_ID
-    assert (theirs.runtime_env or {})["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == f"{gen.vllm.kv_cache_gib:g}"
+    assert (theirs.runtime_env or {})["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == str(gen.vllm.kv_cache_gib)
     cmd = vllm_command(gen, "/models/smol", "float32", 9000)
     assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     flags = dict(zip(cmd[3::2], cmd[4::2], strict=False))

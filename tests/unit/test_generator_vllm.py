@@ -21,6 +21,7 @@ from deployments.llm import SERVER, LLMArgs, build_llm_app, llm_config
 
 @pytest.mark.parametrize(("override", "field"), [
     ("serve.generator.vllm.kv_cache_gib=0", "vllm.kv_cache_gib"),
+    ("serve.generator.vllm.kv_cache_gib=1.5", "vllm.kv_cache_gib"),  # vLLM reads whole GiB, and fails on "1.5"
     ("serve.generator.vllm.max_num_seqs=0", "vllm.max_num_seqs"),
     ("serve.generator.vllm.dtype=int3", "vllm.dtype"),
     ("serve.generator.vllm.device=tpu", "vllm.device"),
@@ -75,9 +76,9 @@ def test_an_unknown_engine_option_is_named_in_its_section():
 
 
 def test_llm_config_on_cpu_and_gpu():
-    cpu = llm_config(GeneratorConfig(vllm={"kv_cache_gib": 1.5, "reserved_cpus": 1, "cpus": 0.5}), "m")
+    cpu = llm_config(GeneratorConfig(vllm={"kv_cache_gib": 3, "reserved_cpus": 1, "cpus": 0.5}), "m")
     assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
-    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1.5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
+    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
     assert cpu.engine_kwargs == {"dtype": "auto", "enforce_eager": True, "max_model_len": 2048,
                                  "max_num_seqs": 64, "enable_prefix_caching": True}
     assert cpu.deployment_config["ray_actor_options"] == {"num_cpus": 0}
