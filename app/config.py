@@ -516,7 +516,8 @@ class WriterConfig(ConfigBase):
                                           "one GPU per engine.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
         default="auto", description="As serve.generator.vllm.dtype: on CPU bfloat16 only where it is native.")
-    engines: int = Field(default=1, ge=1, description="Engine actors (Ray Data spreads them over the nodes).")
+    engines: int = Field(default=1, ge=1, description="Engine actors, all started (Ray Data spreads them over the "
+                         "nodes).")
     cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray (on cpu vLLM's "
                         "threads use every core the node has).")
     kv_cache_gib: int = Field(default=1, ge=1, description="On cpu: each engine's KV cache, in whole GiB (vLLM "

@@ -37,8 +37,11 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
     else:
         bundles = [{"CPU": cfg.cpus}]
         env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    # (n, n): a pool of exactly n engines; ray.data.llm reads a bare n as an autoscaling pool from 1 to n, which a
+    # short run never scales up (measured on two nodes: one engine for 8 chunks)
     config = vLLMEngineProcessorConfig(
-        model_source=model_path, engine_kwargs=engine_kwargs, concurrency=cfg.engines, batch_size=cfg.batch_size,
+        model_source=model_path, engine_kwargs=engine_kwargs, concurrency=(cfg.engines, cfg.engines),
+        batch_size=cfg.batch_size,
         placement_group_config={"bundles": bundles}, runtime_env={"env_vars": env} if env else None,
         chat_template_stage=ChatTemplateStageConfig(num_cpus=LIGHT_CPUS), tokenize_stage=False,
         detokenize_stage=False)
