@@ -41,8 +41,8 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
     # short run never scales up (measured on two nodes: one engine for 8 chunks)
     config = vLLMEngineProcessorConfig(
         model_source=model_path, engine_kwargs=engine_kwargs, concurrency=(cfg.engines, cfg.engines),
-        batch_size=cfg.batch_size,
-        placement_group_config={"bundles": bundles}, runtime_env={"env_vars": env} if env else None,
+        batch_size=cfg.batch_size, placement_group_config={"bundles": bundles},
+        runtime_env={"env_vars": env} if env else None,
         chat_template_stage=ChatTemplateStageConfig(num_cpus=LIGHT_CPUS), tokenize_stage=False,
         detokenize_stage=False)
     words, sampling = cfg.passage_words, {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}

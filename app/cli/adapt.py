@@ -25,11 +25,11 @@ def adapt(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Write questions about the collection's chunks (vLLM on Ray Data), keep those the retriever answers, train
-    the reranker and the embedder (taught by the reranker) on them, and promote each only if it ranks held-out
-    questions' passages better than what is served (a paired bootstrap); a promoted embedder re-embeds the
-    collection into a new index version. With --set adapt.roles=[reranker,embedder,generator] the generator is
-    fine-tuned on the questions' answers too and promoted only if the served graph, copied with it, answers the
-    held-out ones better. Settings: the `adapt` section of the config (--set adapt.chunks=500)."""
+    the reranker and the embedder (taught by the reranker once one is promoted) on them, and promote each only if
+    it ranks held-out questions' passages better than what is served (a paired bootstrap); a promoted embedder
+    re-embeds the collection into a new index version. With --set adapt.roles=[reranker,embedder,generator] the
+    generator is fine-tuned on the questions' answers too and promoted only if the served graph, copied with it,
+    answers the held-out ones better. Settings: the `adapt` section of the config (--set adapt.chunks=500)."""
     if ctx.invoked_subcommand is not None:
         return
     from app.adapt.run import adapt as run_adapt

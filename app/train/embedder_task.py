@@ -9,8 +9,8 @@ Two losses (`embedder.loss`):
   the embedder's margins (`scale` × cosine of the positive minus that of each hard negative) regress onto the
   teacher's logit margins.
 
-The export is a sentence-transformers directory (the base model's pooling and normalisation
-with the trained transformer), so the ingest, the index build and the Retriever load it as they load MiniLM.
+The export is a sentence-transformers directory (the base model's pooling and normalisation with the trained
+transformer), so the ingest, the index build and the Retriever load it as they load MiniLM.
 """
 
 from __future__ import annotations
