@@ -15,6 +15,7 @@ import time
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import ray
 from openai import OpenAI
@@ -671,6 +672,15 @@ def test_adapt_fine_tunes_the_generator_on_its_questions_and_the_served_graph_re
     judged = storage.read_bytes(f"adapt/{run}/heldout-answered.jsonl").decode().splitlines()
     assert [json.loads(r)["question"] for r in judged] == [QUESTION]
     assert storage.read_json(f"adapt/{run}/report.json")["roles"][0]["decision"] == "refused"
+    deadline = time.time() + 120  # the candidate's copy of the graph goes, its engine process with it
+    while serving.CANDIDATES & set(serve.status().applications) or len(engine_cores()) > 1:
+        assert time.time() < deadline, "the candidate applications or their engine were not removed"
+        time.sleep(1)
+
+
+def engine_cores() -> list[psutil.Process]:
+    """vLLM's engine processes on this machine (EngineCore)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if "EngineCore" in " ".join(p.info["cmdline"] or ())]
 
 
 def test_a_dead_vllm_engine_has_its_replica_replaced_and_answers_resume(served):
@@ -679,11 +689,6 @@ def test_a_dead_vllm_engine_has_its_replica_replaced_and_answers_resume(served):
     vLLM's engine process (EngineCore) is killed under steady queries: Ray Serve LLM's health check finds the engine
     dead and Serve replaces the replica; the requests caught in the gap fail as 503 `unavailable` (retry), none hangs
     or fails otherwise, and answers resume from the new replica."""
-    import psutil
-
-    def engine_cores() -> list[psutil.Process]:
-        return [p for p in psutil.process_iter(["cmdline"]) if "EngineCore" in " ".join(p.info["cmdline"] or ())]
-
     before = replicas("ragline-llm")
     [engine] = engine_cores()  # one LLM replica, one engine process
     answers: list[tuple[float, int, str]] = []  # (when answered: perf_counter s, status, error type or "")
