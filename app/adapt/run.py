@@ -215,7 +215,8 @@ def adapt(root: Storage, collection: str, cfg: AppConfig, questions: SyntheticSe
     steps: dict[Role, Callable[[], RoleReport]] = {
         "embedder": lambda: _adapt_embedder(root, storage, collection, cfg, questions, heldout, data),
         "reranker": lambda: _adapt_reranker(root, storage, cfg, questions, heldout, data),
-        "generator": lambda: _adapt_generator(root, storage, collection, cfg, questions, heldout, endpoint)}
+        "generator": lambda: _adapt_generator(root, storage, collection, cfg, questions, heldout,
+                                              str(data["questions"]), endpoint)}
     report = AdaptReport(collection=collection, questions=questions, roles=[steps[role]() for role in a.roles])
     storage.write_json(f"{RUNS}/{questions.run_id}/report.json", report.model_dump())
     _log(cfg, root, report)
@@ -282,8 +283,9 @@ def _adapt_reranker(root: Storage, storage: Storage, cfg: AppConfig, questions: 
 
 
 def _adapt_generator(root: Storage, storage: Storage, collection: str, cfg: AppConfig, questions: SyntheticSet,
-                     heldout: list[SyntheticRow], endpoint: Endpoint | None) -> RoleReport:
-    """rag_qa on the training questions with an answer span; judged on the held-out ones with an answer span."""
+                     heldout: list[SyntheticRow], train_path: str, endpoint: Endpoint | None) -> RoleReport:
+    """rag_qa on the training questions (`train_path`, local) with an answer span; judged on the held-out ones
+    with an answer span."""
     import json
 
     from app.promotion import judge_generator
@@ -296,8 +298,7 @@ def _adapt_generator(root: Storage, storage: Storage, collection: str, cfg: AppC
     judged = f"{RUNS}/{questions.run_id}/heldout-answered.jsonl"
     storage.write_bytes(judged, "".join(json.dumps(r) + "\n" for r in answered).encode())
     name = cfg.adapt.generator_name
-    data = {"dataset": str(local_file(storage, questions.train_file)), "split": "all", "collection": collection,
-            "index_version": questions.index_version}
+    data = {"dataset": train_path, "split": "all", "collection": collection, "index_version": questions.index_version}
     record, version, train_s = _train(cfg, "generator", name, questions, data, root)
     started = time.monotonic()
     j = judge_generator(root, f"catalog:{name}:{version}", endpoint, local_file(storage, judged),
