@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.config_files import format_validation_error, merge, parse_overrides, read_yaml_mapping
 from app.errors import UserError
@@ -324,18 +324,27 @@ class VllmConfig(ConfigBase):
                               "without it.")
     reserved_cpus: int = Field(default=0, ge=0, description="On cpu: cores vLLM keeps for other work "
                                "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
+    cpu_bind: str = Field(default="auto", pattern=r"^(auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*)$",
+                          description="On cpu: the cores vLLM's OpenMP threads run on, one thread each "
+                          "(VLLM_CPU_OMP_THREADS_BIND): auto, every core of the first NUMA node left after "
+                          "reserved_cpus; a list such as 0-3 or 0,2; nobind, the process's own OMP_NUM_THREADS.")
     one_process: bool = Field(default=True, description="On cpu: run vLLM's lone model worker inside its engine "
                               "process (vLLM's uni executor) instead of a process of its own (false: vLLM's "
                               "multiprocess executor, Ray Serve LLM's default). Starts 6-10 s sooner and holds 0.45 GB "
                               "less; in Ray Serve LLM's own app on 2 cores it generated 0.72x the tokens/s at 32 "
                               "clients (benchmarks/ceiling_bench.py), a gap not yet seen in Ragline's graph.")
     cpus: float = Field(default=0.5, gt=0, description="CPUs the LLM replica reserves from Ray (its "
-                        "placement bundle). On cpu this is a reservation only: vLLM's threads use the cores left "
-                        "after reserved_cpus.")
+                        "placement bundle). On cpu this is a reservation only: vLLM's threads run on cpu_bind's "
+                        "cores.")
     tensor_parallel_size: int = Field(default=1, ge=1, description="On gpu: GPUs one replica shards the "
                                       "model over.")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="On gpu: fraction of GPU "
                                           "memory vLLM takes (weights + KV cache).")
+
+    @field_validator("cpu_bind", mode="before")
+    @classmethod
+    def _one_core(cls, v: object) -> object:
+        return str(v) if isinstance(v, int) else v  # `cpu_bind: 3` in YAML, or `--set ...cpu_bind=3`: core 3
 
     @model_validator(mode="after")
     def _consistent(self) -> VllmConfig:
@@ -518,8 +527,9 @@ class WriterConfig(ConfigBase):
         default="auto", description="As serve.generator.vllm.dtype: on CPU bfloat16 only where it is native.")
     engines: int = Field(default=1, ge=1, description="Engine actors, all started (Ray Data spreads them over the "
                          "nodes).")
-    cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray (on cpu vLLM's "
-                        "threads use every core the node has).")
+    cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray. On cpu its vLLM "
+                        "runs one OpenMP thread per whole CPU reserved (Ray's OMP_NUM_THREADS for the actor; 2 "
+                        "threads wrote 96 questions no faster than 1 on 2 cores with SmolLM2-135M).")
     kv_cache_gib: int = Field(default=1, ge=1, description="On cpu: each engine's KV cache, in whole GiB (vLLM "
                               "reads VLLM_CPU_KVCACHE_SPACE as an integer).")
     max_num_seqs: int = Field(default=32, ge=1, description="Sequences one engine decodes together.")

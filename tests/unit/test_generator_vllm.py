@@ -26,6 +26,8 @@ from deployments.llm import SERVER, LLMArgs, build_llm_app, llm_config
     ("serve.generator.vllm.dtype=int3", "vllm.dtype"),
     ("serve.generator.vllm.device=tpu", "vllm.device"),
     ("serve.generator.vllm.reserved_cpus=-1", "vllm.reserved_cpus"),
+    ("serve.generator.vllm.cpu_bind=all", "vllm.cpu_bind"),
+    ("serve.generator.vllm.cpu_bind=0-1|2-3", "vllm.cpu_bind"),  # one list per worker: one worker here
     ("serve.generator.vllm.gpu_memory_utilization=1.5", "vllm.gpu_memory_utilization"),
     ("serve.generator.vllm.max_model_len=1024", "vllm.max_model_len (1024) is below max_context_tokens"),
     ("serve.generator.vllm.tensor_parallel_size=2", "tensor_parallel_size > 1 needs device gpu"),
@@ -78,7 +80,12 @@ def test_an_unknown_engine_option_is_named_in_its_section():
 def test_llm_config_on_cpu_and_gpu():
     cpu = llm_config(GeneratorConfig(vllm={"kv_cache_gib": 3, "reserved_cpus": 1, "cpus": 0.5}), "m")
     assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
-    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}}
+    assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
+                                            "VLLM_CPU_OMP_THREADS_BIND": "auto"}}
+    bound = llm_config(GeneratorConfig(vllm={"cpu_bind": "0-1,3"}), "m")
+    assert bound.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1,3"
+    one = load_config(None, ["serve.generator.vllm.cpu_bind=1"]).serve.generator.vllm  # read as YAML: an int
+    assert one.cpu_bind == "1"
     assert cpu.engine_kwargs == {"dtype": "auto", "enforce_eager": True, "max_model_len": 2048,
                                  "max_num_seqs": 64, "enable_prefix_caching": True}
     assert cpu.deployment_config["ray_actor_options"] == {"num_cpus": 0}
