@@ -332,7 +332,8 @@ class VllmConfig(ConfigBase):
                               "process (vLLM's uni executor) instead of a process of its own (false: vLLM's "
                               "multiprocess executor, Ray Serve LLM's default). Starts 6-10 s sooner and holds 0.45 GB "
                               "less; in Ray Serve LLM's own app on 2 cores it generated 0.72x the tokens/s at 32 "
-                              "clients (benchmarks/ceiling_bench.py), a gap not yet seen in Ragline's graph.")
+                              "clients (benchmarks/ceiling_bench.py, measured with the lone worker on one thread), a "
+                              "gap not seen in Ragline's graph.")
     cpus: float = Field(default=0.5, gt=0, description="CPUs the LLM replica reserves from Ray (its "
                         "placement bundle). On cpu this is a reservation only: vLLM's threads run on cpu_bind's "
                         "cores.")

@@ -49,8 +49,8 @@ class OneProcessEngine(VLLMEngine):
     size; for one worker that is one more spawned Python importing vLLM and torch: 6-10 s of each cold start and model
     swap on 2 cores, and 0.45 GB (a SmolLM2 replica's processes hold 2.8 GB PSS, against 3.2). In Ray Serve LLM's own
     app the multiprocess executor generated 1.38x the tokens/s at 32 clients on 2 cores (benchmarks/ceiling_bench.py,
-    side serve-llm-uni); one run of Ragline's graph with it did not. On GPU Ray Serve LLM's executor is Ray's:
-    untouched."""
+    side serve-llm-uni, while this worker ran one OpenMP thread); in Ragline's graph it did not. On GPU Ray Serve
+    LLM's executor is Ray's: untouched."""
 
     def _start_async_llm_engine(self, vllm_engine_args, vllm_engine_config, placement_group):
         parallel = vllm_engine_config.parallel_config
@@ -59,8 +59,8 @@ class OneProcessEngine(VLLMEngine):
         parallel.distributed_executor_backend = "uni"
         # The engine process, spawned here, inherits the replica's OMP_NUM_THREADS: Ray's 1 for this 0-CPU actor.
         # vLLM's multiprocess executor gives its worker the OpenMP threads and binding of the cores left after
-        # VLLM_CPU_NUM_OF_RESERVED_CPU; the lone worker here gets the same. With one thread the engine used 0.95
-        # of 2 cores and Ragline's graph generated 0.72x vllm serve's tokens/s at 32 clients.
+        # VLLM_CPU_NUM_OF_RESERVED_CPU; the lone worker here gets the same. Without it the engine ran one thread
+        # on any node (0.95 of 2 cores busy at 32 clients here).
         with OMPProcessManager(vllm_engine_config).configure_omp_envs(rank=0, local_rank=0):
             return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
 
