@@ -324,10 +324,12 @@ class VllmConfig(ConfigBase):
                               "without it.")
     reserved_cpus: int = Field(default=0, ge=0, description="On cpu: cores vLLM keeps for other work "
                                "(VLLM_CPU_NUM_OF_RESERVED_CPU; vLLM's own default keeps one).")
-    cpu_bind: str = Field(default="auto", pattern=r"^(auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*)$",
+    cpu_bind: str = Field(default="nobind", pattern=r"^(auto|nobind|\d+(-\d+)?(,\d+(-\d+)?)*)$",
                           description="On cpu: the cores vLLM's OpenMP threads run on, one thread each "
                           "(VLLM_CPU_OMP_THREADS_BIND): auto, every core of the first NUMA node left after "
-                          "reserved_cpus; a list such as 0-3 or 0,2; nobind, the process's own OMP_NUM_THREADS.")
+                          "reserved_cpus (vLLM's own default: use it on a larger node); a list such as 0-3 or 0,2; "
+                          "nobind, the process's own OMP_NUM_THREADS (Ray's 1 for the replica). nobind by default: "
+                          "on 2 cores auto spun both without generating more tokens/s.")
     one_process: bool = Field(default=True, description="On cpu: run vLLM's lone model worker inside its engine "
                               "process (vLLM's uni executor) instead of a process of its own (false: vLLM's "
                               "multiprocess executor, Ray Serve LLM's default). Starts 6-10 s sooner and holds 0.45 GB "

@@ -58,9 +58,8 @@ class OneProcessEngine(VLLMEngine):
             return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
         parallel.distributed_executor_backend = "uni"
         # The engine process, spawned here, inherits the replica's OMP_NUM_THREADS: Ray's 1 for this 0-CPU actor.
-        # vLLM's multiprocess executor gives its worker the OpenMP threads and binding of the cores left after
-        # VLLM_CPU_NUM_OF_RESERVED_CPU; the lone worker here gets the same. Without it the engine ran one thread
-        # on any node (0.95 of 2 cores busy at 32 clients here).
+        # vLLM's multiprocess executor gives its worker the OpenMP threads and binding VLLM_CPU_OMP_THREADS_BIND
+        # names (cpu_bind); the lone worker here gets the same (nobind: none, the inherited one thread).
         with OMPProcessManager(vllm_engine_config).configure_omp_envs(rank=0, local_rank=0):
             return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
 

@@ -691,8 +691,6 @@ def test_a_dead_vllm_engine_has_its_replica_replaced_and_answers_resume(served):
     or fails otherwise, and answers resume from the new replica."""
     before = replicas("ragline-llm")
     [engine] = engine_cores()  # one LLM replica, one engine process
-    # vLLM's threads on the machine's cores (cpu_bind auto), not the one Ray's OMP_NUM_THREADS gives a 0-CPU replica
-    assert int(engine.environ()["OMP_NUM_THREADS"]) > 1 or psutil.cpu_count(logical=False) == 1
     answers: list[tuple[float, int, str]] = []  # (when answered: perf_counter s, status, error type or "")
     stop = threading.Event()
 

@@ -81,7 +81,7 @@ def test_llm_config_on_cpu_and_gpu():
     cpu = llm_config(GeneratorConfig(vllm={"kv_cache_gib": 3, "reserved_cpus": 1, "cpus": 0.5}), "m")
     assert cpu.placement_group_config == {"bundles": [{"CPU": 0.5}]}
     assert cpu.runtime_env == {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
-                                            "VLLM_CPU_OMP_THREADS_BIND": "auto"}}
+                                            "VLLM_CPU_OMP_THREADS_BIND": "nobind"}}
     bound = llm_config(GeneratorConfig(vllm={"cpu_bind": "0-1,3"}), "m")
     assert bound.runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1,3"
     one = load_config(None, ["serve.generator.vllm.cpu_bind=1"]).serve.generator.vllm  # read as YAML: an int
