@@ -10,6 +10,7 @@ RAGLINE_DEBIAN_PACKAGES=chromium scripts/setup.sh
 # mypy checks the types beside the tests, on the core pytest leaves it: 70 s of one core from a cold cache, which
 # would otherwise come first
 mkdir -p test-artifacts
+rm -f test-artifacts/where-the-time-went.txt  # written by tests/conftest.py at the end of the run
 .venv/bin/mypy > test-artifacts/mypy.log 2>&1 &
 mypy_pid=$!
 status=0
@@ -17,6 +18,7 @@ status=0
 mypy_status=0
 wait "$mypy_pid" || mypy_status=$?
 cat test-artifacts/mypy.log
+cat test-artifacts/where-the-time-went.txt 2>/dev/null || true
 if [ "$mypy_status" != 0 ]; then
   exit "$mypy_status"
 fi

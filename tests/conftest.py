@@ -14,6 +14,7 @@ import pytest
 import ray
 from ray import serve
 
+from app import hardware
 from app.raycluster import NAMESPACE
 from tests.helpers import (
     GRAPH_DEPLOYMENT_OPTIONS,
@@ -75,6 +76,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     (ARTIFACTS / "durations.json").write_text(json.dumps({
         "pytest_wall_s": round(time.time() - _started, 1), "counts": counts,
         "slowest": [{"test": test, "seconds": round(s, 1)} for test, s in slowest]}, indent=2) + "\n")
+    # A CI log keeps only its tail, so the machine and where the time went are the last lines scripts/test.sh prints
+    by_file: dict[str, float] = {}
+    for test, s in seconds.items():
+        by_file[test.split("::")[0]] = by_file.get(test.split("::")[0], 0.0) + s
+    top = sorted(by_file.items(), key=lambda kv: -kv[1])[:10]
+    (ARTIFACTS / "where-the-time-went.txt").write_text(
+        f"ran on {hardware.detect().summary()}; pytest {time.time() - _started:.0f} s; by file: "
+        + ", ".join(f"{Path(f).stem} {s:.0f}" for f, s in top) + "\n")
 
 
 def run_order(item: pytest.Item, tier: str) -> tuple[int, int]:

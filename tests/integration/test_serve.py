@@ -195,27 +195,44 @@ def test_the_live_openapi_schema_survives_fuzzing(served):
 def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served):
     """48 concurrent requests of 200 tokens each (half streamed), far more than two cores generate within the
     admission budget: those admitted are answered in full, the rest are refused at once with 503 + Retry-After
-    (streams too: a 503 status, not an error event), none times out; a lone request afterwards is answered."""
-    async def ask(client: httpx.AsyncClient, i: int) -> tuple[int, float, str, str | None]:
-        body = {"question": f"{QUESTION} ({i})", "max_tokens": 200, "stream": i % 2 == 1}
+    (streams too: a 503 status, not an error event), none times out; a lone request afterwards is answered.
+
+    "At once" is measured against 16 requests for a collection that does not exist, sent in the same burst: they
+    take the same path up to admission and are answered 404 at once, so they are what no wait costs on this machine
+    under this burst (a fixed bound failed on a CI machine where the median refusal took 0.95 s, against 0.1 s here).
+    """
+    Reply = tuple[int, float, str, str | None]  # status, seconds, body, Retry-After
+
+    async def ask(client: httpx.AsyncClient, i: int, collection: str) -> Reply:
+        body = {"question": f"{QUESTION} ({i})", "max_tokens": 200, "stream": i % 2 == 1, "collection": collection}
         t0 = time.perf_counter()
         r = await client.post("/v1/query", json=body)
         return r.status_code, time.perf_counter() - t0, r.text, r.headers.get("retry-after")
 
-    async def burst() -> list[tuple[int, float, str, str | None]]:
+    async def burst() -> tuple[list[Reply], list[Reply]]:
+        missing = [m for n in range(48) for m in ((False, True) if n % 3 == 2 else (False,))]  # a 404 every 4th
         async with httpx.AsyncClient(base_url=served.url, headers=served.auth, timeout=300,
                                      limits=httpx.Limits(max_connections=64)) as client:
-            return await asyncio.gather(*(ask(client, i) for i in range(48)))
+            done = await asyncio.gather(*(ask(client, i, "no-such-collection" if m else "default")
+                                          for i, m in enumerate(missing)))
+        paired = list(zip(done, missing, strict=True))
+        return [r for r, m in paired if not m], [r for r, m in paired if m]
 
     t0 = time.perf_counter()
-    results = asyncio.run(burst())
+    results, absent = asyncio.run(burst())
     took = time.perf_counter() - t0
     codes = [code for code, *_ in results]
     assert set(codes) == {200, 503} and codes.count(200) >= 4, codes  # at least admission's floor is answered
+    assert {code for code, *_ in absent} == {404}, absent
     refused = sorted(s for code, s, _, _ in results if code == 503)
+    unknown = sorted(s for _, s, _, _ in absent)
     assert all(json.loads(text)["error"]["type"] == "overloaded" and retry == "1"
                for code, _, text, retry in results if code == 503)
-    assert refused[len(refused) // 2] < 0.5 and refused[-1] < 2.0, refused  # at once, not after a wait
+    # at once, not after a wait: no slower than the 404s beside them (the slowest within half a second of theirs),
+    # and long before any admitted answer ends
+    answered = min(s for code, s, _, _ in results if code == 200)
+    assert refused[len(refused) // 2] <= 2 * unknown[len(unknown) // 2] + 0.1, (refused, unknown)
+    assert refused[-1] <= unknown[-1] + 0.5 and refused[-1] < answered / 2, (refused, unknown, answered)
     for text in [text for code, _, text, _ in results if code == 200]:  # answered in full
         if text.startswith("event:"):  # a stream
             assert "event: done" in text and "event: error" not in text, text[-300:]
@@ -227,7 +244,8 @@ def test_a_burst_past_capacity_gets_answers_and_fast_503s_never_timeouts(served)
     r = httpx.post(f"{served.url}/v1/query", json={"question": QUESTION, "max_tokens": 16}, headers=served.auth,
                    timeout=60)
     assert r.status_code == 200, r.text
-    print(f"burst: {codes.count(200)} answered, {codes.count(503)} refused (slowest refusal {refused[-1]:.2f} s) in "
+    print(f"burst: {codes.count(200)} answered, {codes.count(503)} refused (median {refused[len(refused) // 2]:.2f} "
+          f"s, slowest {refused[-1]:.2f} s; the 404s {unknown[len(unknown) // 2]:.2f} s, {unknown[-1]:.2f} s) in "
           f"{took:.1f} s; then one in {time.perf_counter() - t1:.1f} s")
 
 
