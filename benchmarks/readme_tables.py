@@ -880,12 +880,24 @@ def with_hardware(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "hardware": hardware.detect().record()}
 
 
+def results_path(name: str, result: dict[str, Any], results: Path = RESULTS) -> Path:
+    """NAME-<date>-<level>-<cpu>.json; a second run of the same day on the same CPU goes beside the first as
+    NAME-<date>.2-<level>-<cpu>.json (and so on), which sorts after it, so the newest is the one read and none is
+    overwritten."""
+    hw = result["hardware"]
+    tail = f"-{hw['level']}-{cpu_slug(hw['cpu'])}.json"
+    path, n = results / f"{name}-{result['date']}{tail}", 1
+    while path.exists():
+        n += 1
+        path = results / f"{name}-{result['date']}.{n}{tail}"
+    return path
+
+
 def publish(name: str, result: dict[str, Any]) -> Path:
     """Writes a benchmark's `result` (its "date" an ISO date) as benchmarks/results/NAME-<date>-<level>-<cpu>.json
     and rewrites table NAME of docs/benchmarks.md and the README's headline from it; returns the file."""
     result = with_hardware(result)
-    hw = result["hardware"]
-    path = RESULTS / f"{name}-{result['date']}-{hw['level']}-{cpu_slug(hw['cpu'])}.json"
+    path = results_path(name, result)
     path.write_text(json.dumps(result, indent=2) + "\n")
     PAGE.write_text(render(PAGE.read_text(), names=(name,)))
     README.write_text(render_headline(README.read_text()))

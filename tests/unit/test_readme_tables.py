@@ -164,3 +164,18 @@ def test_the_documents_quality_table_sets_each_corpus_against_jsonl(tmp_path):
     assert "| JSONL | 24 | 1,500 | 0.963 (1,000) | 1.00x | – |" in out
     assert "| PDF | 24 | 1,500 | 0.954 (990) | 0.990x | 97.0% |" in out
     assert "| DOCX | failed: `no supported files` | – | – | – | – |" in out
+
+
+def test_a_second_run_of_the_day_goes_beside_the_first_and_is_the_one_read(tmp_path):
+    hw = {"cpu": "AMD EPYC 7B13", "level": "avx2", "flags": ["avx2", "fma"], "cores": 2, "memory_gib": 23.4,
+          "cuda": [], "forced": None}
+    first = {**result("2026-11-27", 0.7), "hardware": hw}
+    path = readme_tables.results_path("quality", first, tmp_path)
+    assert path.name == "quality-2026-11-27-avx2-amd-epyc-7b13.json"
+    path.write_text(json.dumps(first))
+    second = readme_tables.results_path("quality", first, tmp_path)
+    assert second.name == "quality-2026-11-27.2-avx2-amd-epyc-7b13.json"
+    second.write_text(json.dumps({**result("2026-11-27", 0.71), "hardware": hw}))
+    (tmp_path / "quality-2026-11-26-avx2-amd-epyc-7b13.json").write_text(json.dumps(first))
+    assert readme_tables.latest("quality", tmp_path) == second
+    assert readme_tables.latest_per_cpu("quality", tmp_path) == [second]
