@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,13 +78,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         "pytest_wall_s": round(time.time() - _started, 1), "counts": counts,
         "slowest": [{"test": test, "seconds": round(s, 1)} for test, s in slowest]}, indent=2) + "\n")
     # A CI log keeps only its tail, so the machine and where the time went are the last lines scripts/test.sh prints
-    by_file: dict[str, float] = {}
+    by_file: Counter[str] = Counter()
     for test, s in seconds.items():
-        by_file[test.split("::")[0]] = by_file.get(test.split("::")[0], 0.0) + s
-    top = sorted(by_file.items(), key=lambda kv: -kv[1])[:10]
+        by_file[Path(test.split("::")[0]).stem] += s
     (ARTIFACTS / "where-the-time-went.txt").write_text(
         f"ran on {hardware.detect().summary()}; pytest {time.time() - _started:.0f} s; by file: "
-        + ", ".join(f"{Path(f).stem} {s:.0f}" for f, s in top) + "\n")
+        + ", ".join(f"{f} {s:.0f}" for f, s in by_file.most_common(10)) + "\n")
 
 
 def run_order(item: pytest.Item, tier: str) -> tuple[int, int]:
