@@ -77,7 +77,10 @@ def test_each_strategy_lowers_the_loss_and_exports(ray_cluster, s3_bucket, tiny_
                     "chaos_fail_at_step": 5}
         counts = {"records": 46, "kept": 41, "dropped": BAD_COUNTS}
         storage = Storage(s3_bucket.fresh_uri())
+    ctrl_c = signal.getsignal(signal.SIGINT)
     record = run_training(job(tiny_lm, name="s", **strategy), storage)
+    # Ray Train's Ctrl-C handler (which holds its controller alive) is not left behind
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
     assert record["state"] == "succeeded" and record["metrics"]["step"] == 8
     losses = metric_history(record, "loss")
     assert sorted({s for s, _ in losses}) == list(range(1, 9))  # after a resume, its steps are logged again
