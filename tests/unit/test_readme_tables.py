@@ -3,6 +3,7 @@ results give (benchmarks/readme_tables.py)."""
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -179,3 +180,7 @@ def test_a_second_run_of_the_day_goes_beside_the_first_and_is_the_one_read(tmp_p
     (tmp_path / "quality-2026-11-26-avx2-amd-epyc-7b13.json").write_text(json.dumps(first))
     assert readme_tables.latest("quality", tmp_path) == second
     assert readme_tables.latest_per_cpu("quality", tmp_path) == [second]
+    # git keeps both: a results file it ignored would be read here and missing from every clone
+    for name in (path.name, second.name):
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"benchmarks/results/{name}"], cwd=ROOT)
+        assert ignored.returncode == 1, f"{name} is in .gitignore"
