@@ -139,7 +139,7 @@ def rag_prompts(url: str, key: str, gen: GeneratorConfig, tokenizer: Any) -> lis
 
 
 class RawVLLM:
-    """The LLM application by handle, as the Generator calls it, with no retrieval around it."""
+    """The LLM application by handle, as the Ingress calls it, with no retrieval around it."""
 
     def __init__(self, prompts: list[list[Message]], max_tokens: int):
         self.handle = serve.get_app_handle("ragline-llm").options(stream=True)

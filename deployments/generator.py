@@ -1,5 +1,7 @@
 """Generator deployment: builds the cited prompt and streams the answer from the configured engine: vLLM in the
 LLM Serve application (`deployments/llm.py`, by handle), transformers in this replica, or an OpenAI-compatible server.
+With vLLM the Ingress asks for the prompt (`prompt`) and streams the answer from the LLM application itself, so the
+answer's tokens take one hop, not two.
 
 `model: catalog:NAME` serves the promoted version of a model Ragline fine-tuned (`ragline train sft`). This replica
 follows promotions for its tokenizer and name (and, with transformers, the weights) in the background: requests in
@@ -13,16 +15,15 @@ import logging
 from collections.abc import AsyncIterator
 
 from ray import serve
-from ray.util.metrics import Counter
 
 from app import envs
 from app.config import GeneratorConfig
 from app.errors import NotFound
 from app.models import generator as generator_model
 from app.models import trained
-from app.rag.engines import Engine, Sampling, ServeLLMEngine, make_engine
-from app.rag.prompt import rag_prompt
-from app.rag.protocol import Finished, Fitted, Generation, Passage, Piece
+from app.rag.engines import Engine, Prompted, Sampling, ServeLLMEngine, make_engine
+from app.rag.prompt import Prompt, rag_prompt
+from app.rag.protocol import Fitted, Generation, Passage, Piece
 from app.storage import Storage
 from deployments.readiness import GeneratorReady
 from deployments.watch import Watcher
@@ -37,8 +38,6 @@ class Generator:
         self.cfg = cfg
         self.storage = Storage(storage)
         self.engine: Engine = self._load(None)  # type: ignore[assignment]
-        self.tokens = Counter("ragline_tokens_generated_total", description="Tokens generated.",
-                              tag_keys=("model",))
         if trained.is_catalog(self.cfg.model):
             self.watcher = Watcher(f"promotions of {self.cfg.model}", self._refresh, poll_interval_s,
                                    lambda: self.engine.model)
@@ -70,17 +69,27 @@ class Generator:
                         top_p=self.cfg.top_p if g.top_p is None else g.top_p,
                         stop=tuple(self.cfg.stop if g.stop is None else g.stop))
 
+    def _fit(self, engine: Engine, question: str, passages: list[Passage],
+             generation: Generation) -> tuple[Prompt, Sampling]:
+        sampling = self.sampling(generation)
+        return rag_prompt(question, passages, self.cfg, engine.count_tokens, max_new_tokens=sampling.max_new_tokens,
+                          history=generation.history), sampling
+
     async def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
         """Fitted (how many passages fit the prompt), then the engine's Deltas, then Finished."""
-        sampling = self.sampling(generation)
         engine = self.engine  # one engine for the whole request, even if a promotion swaps it meanwhile
-        prompt = rag_prompt(question, passages, self.cfg, engine.count_tokens, max_new_tokens=sampling.max_new_tokens,
-                            history=generation.history)
+        prompt, sampling = self._fit(engine, question, passages, generation)
         yield Fitted(len(prompt.passages))
         async for piece in engine.stream(prompt.messages, sampling):
-            if isinstance(piece, Finished):
-                self.tokens.inc(piece.completion_tokens, tags={"model": engine.model})
             yield piece
+
+    def prompt(self, question: str, passages: list[Passage], generation: Generation) -> Prompted:
+        """With vllm: the fitted prompt, for the Ingress to stream the answer from the LLM application itself. Each
+        streamed batch of tokens then crosses one Serve call (LLM replica → Ingress) instead of two."""
+        engine = self.engine
+        assert isinstance(engine, ServeLLMEngine), "only a vllm Generator is asked for its prompt"
+        prompt, sampling = self._fit(engine, question, passages, generation)
+        return Prompted(len(prompt.passages), prompt.messages, sampling, engine.app, engine.model)
 
     def check_health(self) -> None:
         """Serve's probe: the promotion watcher runs. The engine is checked where it lives: vLLM's in the LLM

@@ -30,5 +30,6 @@ def build_app(args: GraphArgs) -> Application:
         api=serve.api, generator=serve.generator.model, max_new_tokens=serve.generator.max_new_tokens,
         embedder=cfg.ingest.embed.model,
         index_version=serve.retriever.index_version, candidates=serve.reranker.candidates if serve.reranker.model
-        else 0, retrieve_batch=serve.retriever.max_batch_size, poll_interval_s=poll_s,
+        else 0, retrieve_batch=serve.retriever.max_batch_size, generator_engine=serve.generator.engine,
+        poll_interval_s=poll_s,
         api_keys_file=args.api_keys_file))

@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
+from ray.util.metrics import Counter
 
 from app import apikeys
 from app.catalog import Catalog
 from app.config import ApiConfig
 from app.errors import RaglineError
 from app.models import embedder
+from app.rag.engines import Prompted, llm_handle, stream_llm
 from app.rag.flow import RagFlow
 from app.rag.protocol import (
     Document,
     Embedded,
+    Finished,
+    Fitted,
     Generation,
     Passage,
     Piece,
@@ -50,8 +55,11 @@ class HandleBackends:
     """The flow's backends over Serve DeploymentHandles (the composed graph)."""
 
     def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle,
-                 retrieve_batch: int):
+                 retrieve_batch: int, generator_engine: str):
         self.retriever, self.reranker, self.generator = retriever, reranker, generator
+        self.direct = generator_engine == "vllm"  # answers streamed from the LLM application, not relayed
+        self._llms: dict[str, DeploymentHandle] = {}  # LLM application → its LLM deployment's handle
+        self.tokens = Counter("ragline_tokens_generated_total", description="Tokens generated.", tag_keys=("model",))
         # Concurrent requests' searches go to the Retriever in one call: a Serve call costs the Ingress and the
         # Retriever about half a millisecond of CPU each, whatever it carries (32 clients: 3.8-4.1 against 5.0-5.6 ms
         # per request in all). Two calls in flight: one computing while the next crosses, or two Retriever replicas.
@@ -70,6 +78,25 @@ class HandleBackends:
         return await self.reranker.rerank.remote(query, documents, top_n, retrieved)
 
     async def stream(self, question: str, passages: list[Passage], generation: Generation) -> AsyncIterator[Piece]:
+        if self.direct:
+            prompted: Prompted = await self.generator.prompt.remote(question, passages, generation)
+            yield Fitted(prompted.passages)
+            app = prompted.llm_app
+            if app not in self._llms:
+                self._llms[app] = llm_handle(app)
+            pieces: AsyncGenerator[Piece] = stream_llm(self._llms[app], prompted.messages, prompted.sampling,
+                                                       prompted.model)
+        else:
+            pieces = self._relayed(question, passages, generation)
+        async with aclosing(pieces):  # closed early (a client gone, a deadline), its generator is cancelled
+            async for piece in pieces:
+                if isinstance(piece, Finished):
+                    self.tokens.inc(piece.completion_tokens, tags={"model": piece.model})
+                yield piece
+
+    async def _relayed(self, question: str, passages: list[Passage],
+                       generation: Generation) -> AsyncGenerator[Piece]:
+        """The answer from the Generator replica's own engine (transformers, or an OpenAI server it calls)."""
         pieces: Any = self.generator.options(stream=True).stream.remote(question, passages, generation)
         finished = False
         try:
@@ -140,6 +167,7 @@ class IngressArgs:
     index_version: int | None  # serve.retriever.index_version: the index the Retriever is pinned to (None: latest)
     candidates: int  # passages retrieved for the reranker to choose from (0: no reranker)
     retrieve_batch: int  # serve.retriever.max_batch_size: most searches sent to the Retriever in one call
+    generator_engine: str  # serve.generator.engine: with vllm, answers are streamed from the LLM application
     poll_interval_s: float  # serve.poll_interval_s
     api_keys_file: str | None = None
 
@@ -153,8 +181,8 @@ class Ingress:
         keys, where = apikeys.ring(root, args.api_keys_file)
         log.info("API keys from %s", where)
         self.embedder = IndexEmbedder(root, args.index_version, args.embedder, args.poll_interval_s)
-        flow = RagFlow(HandleBackends(retriever, reranker, generator, args.retrieve_batch),
-                       candidates=args.candidates, observe=stage_latency())
+        backends = HandleBackends(retriever, reranker, generator, args.retrieve_batch, args.generator_engine)
+        flow = RagFlow(backends, candidates=args.candidates, observe=stage_latency())
         self.access = Access(root)
         self.api = build_api(flow, args.api, keys, generator=args.generator, max_new_tokens=args.max_new_tokens,
                              embedder=self.embedder, storage=root, access=self.access)

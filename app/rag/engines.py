@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +30,18 @@ class Sampling:
     temperature: float
     top_p: float
     stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prompted:
+    """A prompt the Generator fitted for the LLM application (engine vllm), for its caller to stream the answer from
+    there (`stream_llm`)."""
+
+    passages: int  # how many of the passages fit the prompt (the stream's Fitted)
+    messages: list[Message]
+    sampling: Sampling
+    llm_app: str  # the LLM application to ask
+    model: str  # the generator's name until the LLM replica says its own
 
 
 class Engine(Protocol):
@@ -135,13 +148,8 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
         self._llm: Any = None
 
     def handle(self) -> Any:
-        from ray import serve
-
-        # Looked up on first use (the LLM application may start after this replica), by deployment rather than
-        # application: while Serve rebuilds the application for a model swap it has no ingress to look up, but its
-        # LLM deployment keeps serving.
-        if self._llm is None:
-            self._llm = serve.get_deployment_handle(LLM_DEPLOYMENT, self.app)
+        if self._llm is None:  # looked up on first use: the LLM application may start after this replica
+            self._llm = llm_handle(self.app)
         return self._llm
 
     async def served(self) -> str:
@@ -151,36 +159,59 @@ class ServeLLMEngine(generator_model.ChatTemplateTokens):
         return str(await self.handle().computes.remote())
 
     async def stream(self, messages: list[Message], sampling: Sampling) -> AsyncIterator[Delta | Finished]:
-        request = {"messages": messages, "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
-                   "top_p": sampling.top_p, "stop": list(sampling.stop) or None, "stream": True,
-                   "stream_options": {"include_usage": True}}
-        # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n"), errors among them.
-        batches = self.handle().options(stream=True).chat_sse.remote(request)
-        finish, prompt_tokens, completion_tokens, model = "stop", 0, 0, self.model
-        try:
-            async for batch in batches:
-                for item in batch:
-                    data = item.removeprefix("data: ").strip()
-                    if data == "[DONE]":
-                        continue
-                    chunk = json.loads(data)
-                    if error := chunk.get("error"):  # refused before any token, or failed mid-stream
-                        raise llm_error(int(error.get("code") or 500), str(error.get("message")))
-                    model = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
-                    for choice in chunk["choices"]:
-                        if text := choice["delta"].get("content"):
-                            yield Delta(text)
-                        finish = choice.get("finish_reason") or finish
-                    if usage := chunk.get("usage"):
-                        prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
-            yield Finished(finish, prompt_tokens, completion_tokens, model)
-        except Exception as e:
-            if engine_dead(e):
-                raise Unavailable(f"the LLM's engine has died ({e}); Serve is replacing its replica: retry "
-                                  "shortly") from e
-            raise
-        finally:
-            batches.cancel()  # a caller gone: Serve cancels the LLM replica's generator, which aborts the sequence
+        async with aclosing(stream_llm(self.handle(), messages, sampling, self.model)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+
+def llm_handle(app: str) -> Any:
+    """The LLM deployment of application `app`, by deployment rather than application: while Serve rebuilds the
+    application for a model swap it has no ingress to look up, but its LLM deployment keeps serving."""
+    from ray import serve
+
+    return serve.get_deployment_handle(LLM_DEPLOYMENT, app)
+
+
+async def stream_llm(llm: Any, messages: list[Message], sampling: Sampling,
+                     model: str) -> AsyncGenerator[Delta | Finished]:
+    """The answer from the LLM deployment behind handle `llm`, streamed: Deltas, then Finished (its `model` the LLM
+    replica's own label, else `model`). Closed early, it cancels the LLM replica's generator, which aborts the
+    sequence."""
+    request = {"messages": messages, "max_tokens": sampling.max_new_tokens, "temperature": sampling.temperature,
+               "top_p": sampling.top_p, "stop": list(sampling.stop) or None, "stream": True,
+               "stream_options": {"include_usage": True}}
+    # An async generator of batches: lists of SSE strings ("data: {chunk JSON}\n\n"), errors among them.
+    batches = llm.options(stream=True).chat_sse.remote(request)
+    finish, prompt_tokens, completion_tokens = "stop", 0, 0
+    finished = False
+    try:
+        async for batch in batches:
+            for item in batch:
+                data = item.removeprefix("data: ").strip()
+                if data == "[DONE]":
+                    continue
+                chunk = json.loads(data)
+                if error := chunk.get("error"):  # refused before any token, or failed mid-stream
+                    raise llm_error(int(error.get("code") or 500), str(error.get("message")))
+                model = chunk["model"]  # the LLM replica's own label: during a model swap, the truth
+                for choice in chunk["choices"]:
+                    if text := choice["delta"].get("content"):
+                        yield Delta(text)
+                    finish = choice.get("finish_reason") or finish
+                if usage := chunk.get("usage"):
+                    prompt_tokens, completion_tokens = usage["prompt_tokens"], usage["completion_tokens"]
+        finished = True
+        yield Finished(finish, prompt_tokens, completion_tokens, model)
+    except Exception as e:
+        if engine_dead(e):
+            raise Unavailable(f"the LLM's engine has died ({e}); Serve is replacing its replica: retry "
+                              "shortly") from e
+        raise
+    finally:
+        # A caller gone: Serve cancels the LLM replica's generator, which aborts the sequence. A finished stream
+        # needs no cancel (a ray.cancel round trip on every request).
+        if not finished:
+            batches.cancel()
 
 
 class OpenAIEngine:
