@@ -27,7 +27,7 @@ process spent during each client count, by role (each Serve deployment's replica
 vllm serve's API server, Ray's own processes, this benchmark's client): on 2 cores, what the graph spends besides
 the engine is taken from the engine.
 
-    python benchmarks/ceiling_bench.py [--repeats 3] [--max-tokens 32] [--only ragline serve-llm vllm]
+    python benchmarks/ceiling_bench.py [--repeats 3] [--max-tokens 32] [--only ragline serve-llm vllm vllm-uni]
 
 Writes benchmarks/results/ceiling-<date>-<cpu level>-<cpu>.json and rewrites its table in docs/benchmarks.md.
 """
