@@ -11,11 +11,13 @@ pipeline computing in the same precision on the same cores cannot pass it by muc
 2. Each way of embedding `--chunks` SciFact chunks (the pipeline's chunker: 224 tokens, 32 shared; "title\\nchunk")
    with all-MiniLM-L6-v2, each side `--repeats` times in turn, medians: the plain script (sentence-transformers fp32
    on every thread), PyTorch fp32 on one thread, OpenVINO fp32 on one thread (one ingest actor), OpenVINO bf16 on one
-   thread where bf16 is native, and with `--int8` OpenVINO int8 on one thread (NNCF's post-training quantization,
-   calibrated on 256 other chunks; NNCF is installed into benchmarks/.nncf on first use, never a Ragline
-   dependency). For each: texts/s, the model's useful GFLOP/s (its matrix products on the real, unpadded tokens),
-   that against the one-thread peak (per thread), the cosine of its vectors to PyTorch fp32's, and for OpenVINO the
-   kernels its FullyConnected nodes ran (its own profiling counters).
+   thread where bf16 is native, and with `--int8` two int8 ways on one thread: OpenVINO's (NNCF's post-training
+   quantization, calibrated on 256 other chunks) and ONNX Runtime's dynamic quantization (int8 weights per output
+   channel, activations quantized per batch; MLAS's u8s8 kernels, which run on AVX2 without VNNI). NNCF and ONNX
+   Runtime are installed into benchmarks/.nncf and benchmarks/.ort on first use, never Ragline dependencies. For
+   each: texts/s, the model's useful GFLOP/s (its matrix products on the real, unpadded tokens), that against the
+   one-thread peak (per thread), the cosine of its vectors to PyTorch fp32's, and for OpenVINO the kernels its
+   FullyConnected nodes ran (its own profiling counters).
 3. The ceiling: the most an fp32 pipeline on all cores could gain over the plain script, if each core ran at the
    peak of step 1 (the higher of the two; held to a lower level, PyTorch's, the one the hold reaches): cores x peak /
    the plain script's GFLOP/s. Ragline's ingest goal is 1.8x on every CPU.
@@ -51,6 +53,8 @@ from benchmarks import readme_tables  # noqa: E402
 CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 NNCF_DIR = ROOT / "benchmarks" / ".nncf"
 NNCF = ["nncf==3.4.0", "tabulate"]  # the rest of what it imports (numpy, scipy, networkx...) is in Ragline's env
+ORT_DIR = ROOT / "benchmarks" / ".ort"
+ORT = ["onnxruntime==1.32.0", "onnx==1.23.2", "flatbuffers", "ml_dtypes"]  # protobuf, sympy: in Ragline's env
 SHAPE = (4096, 384, 1536)  # tokens, hidden, intermediate: MiniLM-L6's feed-forward product
 
 
@@ -141,15 +145,45 @@ def fc_kernels(model: Any, precision: str, example: dict[str, Any]) -> dict[str,
                                     if i.node_type == "FullyConnected"))
 
 
-def nncf_path() -> Path:
-    """benchmarks/.nncf with NNCF installed (pip --target, once), for `--int8`."""
-    stamp = NNCF_DIR / "requirements.json"
-    if not (stamp.is_file() and json.loads(stamp.read_text()) == NNCF):
-        print(f"installing {' '.join(NNCF)} into {NNCF_DIR} (once)", flush=True)
+def installed(target: Path, requirements: list[str]) -> Path:
+    """`target` with `requirements` installed (pip --target, once), for `--int8`: on sys.path after this."""
+    stamp = target / "requirements.json"
+    if not (stamp.is_file() and json.loads(stamp.read_text()) == requirements):
+        print(f"installing {' '.join(requirements)} into {target} (once)", flush=True)
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target",
-                        str(NNCF_DIR), *NNCF], check=True)
-        stamp.write_text(json.dumps(NNCF))
-    return NNCF_DIR
+                        str(target), *requirements], check=True)
+        stamp.write_text(json.dumps(requirements))
+    sys.path.insert(0, str(target))
+    return target
+
+
+def ort_int8(st: Any, emb: Any, where: Path) -> Any:
+    """emb (an OpenVinoEmbedder) computing with ONNX Runtime's dynamically quantized int8 model of `st`, on one
+    thread: the same tokenizer, batching and pooling; only the model call differs."""
+    import warnings
+
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from app.models import openvino_embedder
+
+    where.mkdir(parents=True, exist_ok=True)
+    fp32, int8 = where / "model.onnx", where / "model-int8.onnx"
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    example = st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's constant-shape warnings, as in openvino_embedder._convert
+        torch.onnx.export(openvino_embedder.pooled(st).eval(), tuple(example[k] for k in names), str(fp32),
+                          input_names=names, output_names=["embedding"], opset_version=17, dynamo=False,
+                          dynamic_axes={**{k: {0: "batch", 1: "seq"} for k in names}, "embedding": {0: "batch"}})
+    quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8, per_channel=True)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    session = ort.InferenceSession(str(int8), options, providers=["CPUExecutionProvider"])
+    emb.inputs = {i.name for i in session.get_inputs()}
+    emb.model = lambda feed: session.run(None, feed)
+    return emb
 
 
 class Side:
@@ -193,7 +227,7 @@ def sides(cores: int, int8: bool, calibration: list[str]) -> list[Side]:
         bf16 = embedder.Encoder(spec, "bf16", runtime="openvino", threads=1)
         out.append(ov_side("OpenVINO bf16", bf16.openvino, core.read_model(ir), "bf16"))
     if int8:
-        sys.path.insert(0, str(nncf_path()))
+        installed(NNCF_DIR, NNCF)
         import nncf
 
         cal = _feed_batches(fp32.openvino, calibration)
@@ -203,6 +237,9 @@ def sides(cores: int, int8: bool, calibration: list[str]) -> list[Side]:
         assert q is not None
         q.model = core.compile_model(quantized, "CPU", _ov_config(1, "f32"))
         out.append(ov_side("OpenVINO int8 (NNCF)", q, quantized, "f32"))
+        installed(ORT_DIR, ORT)
+        o = ort_int8(st, embedder.Encoder(spec, "fp32", runtime="openvino", threads=1).openvino, ORT_DIR / "model")
+        out.append(Side("ONNX Runtime int8 (dynamic)", 1, lambda texts: o.encode(texts, 32)))
     return out
 
 
@@ -225,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chunks", type=int, default=512, help="SciFact chunks embedded by each side (512)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each side, in turn; medians (3)")
-    ap.add_argument("--int8", action="store_true", help="add OpenVINO int8 (installs NNCF into benchmarks/.nncf)")
+    ap.add_argument("--int8", action="store_true", help="add OpenVINO's and ONNX Runtime's int8 (installs NNCF and "
+                    "ONNX Runtime into benchmarks/.nncf and benchmarks/.ort)")
     ap.add_argument("--out", type=Path, help="write only this results file (no docs table)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -5,7 +5,8 @@ Measured on this project's CPU (AMD EPYC, AVX512-BF16), one thread, 256 SciFact 
 2.0x as fast as PyTorch fp32 and OpenVINO bf16 3.7x (4.2x on two threads over the whole SciFact corpus), at a
 cosine of 0.99998 to PyTorch fp32 (PyTorch's own bf16 autocast: 2.6x, 0.998); one question takes 1.5 ms in
 OpenVINO bf16 against 9.7 ms in PyTorch fp32. Dynamic int8 (onnxruntime, per-channel weights) reached 2.5-2.9x at
-a cosine of 0.995, so int8 is not offered.
+a cosine of 0.995, so int8 is not offered; on an AVX2-only EPYC it was 1.28x OpenVINO fp32 at a cosine of 0.987
+(benchmarks/flops_bench.py --int8).
 
 The model is converted from the loaded PyTorch module once per model revision and OpenVINO release, and kept as
 OpenVINO IR under the local model cache (`RAGLINE_CACHE`); a file lock lets the embedding actors of one node
@@ -33,6 +34,7 @@ from app import envs
 from app.catalog import Precision
 
 if TYPE_CHECKING:
+    import torch
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
@@ -58,9 +60,9 @@ def _ir_path(revision: str) -> Path:
     return Path(envs.cache_dir()) / "openvino" / key / "model.xml"
 
 
-def _convert(st: SentenceTransformer, xml: Path) -> None:
-    """PyTorch module → OpenVINO IR with the pooling inside the graph: (batch, seq) ids → (batch, dim) unit vectors."""
-    import openvino as ov
+def pooled(st: SentenceTransformer) -> torch.nn.Module:
+    """The transformer of `st` with its mean pooling and normalisation inside: (batch, seq) ids -> (batch, dim)
+    unit vectors, what an exported graph computes."""
     import torch
 
     class Pooled(torch.nn.Module):
@@ -77,14 +79,22 @@ def _convert(st: SentenceTransformer, xml: Path) -> None:
             mean = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(mean, dim=-1)
 
-    example = dict(st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt"))
     transformer = st[0].auto_model
     assert isinstance(transformer, torch.nn.Module)
+    return Pooled(transformer)
+
+
+def _convert(st: SentenceTransformer, xml: Path) -> None:
+    """PyTorch module -> OpenVINO IR with the pooling inside the graph (`pooled`)."""
+    import openvino as ov
+    import torch
+
+    example = dict(st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt"))
     with warnings.catch_warnings():
         # The tracer warns that shape checks inside the attention mask code become constants: they compare a
         # mask's length with itself, which holds for every input shape.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        ir = ov.convert_model(Pooled(transformer).eval(), example_input=example)
+        ir = ov.convert_model(pooled(st).eval(), example_input=example)
     tmp = xml.parent.with_name(xml.parent.name + f".tmp{os.getpid()}")
     ov.save_model(ir, tmp / xml.name, compress_to_fp16=False)  # fp32 weights: precision is chosen at compile time
     shutil.rmtree(xml.parent, ignore_errors=True)
