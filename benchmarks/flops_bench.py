@@ -145,8 +145,8 @@ def fc_kernels(model: Any, precision: str, example: dict[str, Any]) -> dict[str,
                                     if i.node_type == "FullyConnected"))
 
 
-def installed(target: Path, requirements: list[str]) -> Path:
-    """`target` with `requirements` installed (pip --target, once), for `--int8`: on sys.path after this."""
+def installed(target: Path, requirements: list[str]) -> None:
+    """Puts `target`, with `requirements` installed into it (pip --target, once), on sys.path: for `--int8`."""
     stamp = target / "requirements.json"
     if not (stamp.is_file() and json.loads(stamp.read_text()) == requirements):
         print(f"installing {' '.join(requirements)} into {target} (once)", flush=True)
@@ -154,7 +154,6 @@ def installed(target: Path, requirements: list[str]) -> Path:
                         str(target), *requirements], check=True)
         stamp.write_text(json.dumps(requirements))
     sys.path.insert(0, str(target))
-    return target
 
 
 def ort_int8(st: Any, emb: Any, where: Path) -> Any:
