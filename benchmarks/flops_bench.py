@@ -170,9 +170,11 @@ def ort_int8(st: Any, emb: Any, where: Path) -> Any:
     where.mkdir(parents=True, exist_ok=True)
     fp32, int8 = where / "model.onnx", where / "model-int8.onnx"
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    example = st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt")
+    example = openvino_embedder.example_input(st)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's constant-shape warnings, as in openvino_embedder._convert
+        # the tracer's constant-shape warnings (as in openvino_embedder._convert) and the TorchScript exporter's
+        # deprecation notice
+        warnings.simplefilter("ignore")
         torch.onnx.export(openvino_embedder.pooled(st).eval(), tuple(example[k] for k in names), str(fp32),
                           input_names=names, output_names=["embedding"], opset_version=17, dynamo=False,
                           dynamic_axes={**{k: {0: "batch", 1: "seq"} for k in names}, "embedding": {0: "batch"}})

@@ -84,12 +84,17 @@ def pooled(st: SentenceTransformer) -> torch.nn.Module:
     return Pooled(transformer)
 
 
+def example_input(st: SentenceTransformer) -> dict[str, torch.Tensor]:
+    """Two padded texts as `st`'s tokenizer gives them: what an export traces `pooled(st)` with."""
+    return dict(st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt"))
+
+
 def _convert(st: SentenceTransformer, xml: Path) -> None:
     """PyTorch module -> OpenVINO IR with the pooling inside the graph (`pooled`)."""
     import openvino as ov
     import torch
 
-    example = dict(st.tokenizer(["an example", "a second, longer example"], padding=True, return_tensors="pt"))
+    example = example_input(st)
     with warnings.catch_warnings():
         # The tracer warns that shape checks inside the attention mask code become constants: they compare a
         # mask's length with itself, which holds for every input shape.
