@@ -42,7 +42,7 @@ from app.storage import Storage
 OnStart = Callable[[Any], None]  # receives the run's RunLedger handle, for live progress
 
 
-BLOCK_BYTES = 512 << 10  # 512 KiB ≈ 400 chunks of ~220 tokens: one embedding batch per block
+BLOCK_BYTES = 128 << 10  # 128 KiB ≈ 120 chunks of ~220 tokens: about one embedding batch per block
 
 
 class IngestError(RaglineError):
