@@ -135,7 +135,8 @@ class EmbedConfig(ConfigBase):
         "actors."
     )
     encode_batch_size: int = Field(default=8, ge=1, description="Sequences per forward pass inside an actor; "
-        "with batch_size 128 this wastes as little to padding as 32 of 512.")
+        "with batch_size 128 this wastes as little to padding as 32 of 512. On CUDA raise both: a GPU wants larger "
+        "passes.")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         default="auto", description="What the embedder computes in. 'auto': the precision of the dataset already in "
         "this storage root; for a new one bf16 where the hardware has it natively (CUDA, AVX512-BF16 or AMX), else "
