@@ -12,7 +12,7 @@ that CPU level. A 503 from admission is asked again after its Retry-After (count
 should. `RAGLINE_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2` in front
 runs an AVX2 machine's dtype (float32) and vLLM's AVX2 kernels here.
 
-    python benchmarks/generate_bench.py [--repeats 3] [--max-tokens 32]
+    python benchmarks/generate_bench.py [--repeats 3] [--max-tokens 32] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -196,6 +196,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32, help="Answer tokens per request")
     ap.add_argument("--port", type=int, default=8766)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), help="Directory for the results file")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override for both engines' graphs, repeatable "
+                    "(e.g. serve.generator.vllm.cpu_bind=auto)")
     args = ap.parse_args()
     storage = Storage(str(Path(args.storage).resolve()))
     init_local(namespace="ragline", include_dashboard=False, log_to_driver=False)
@@ -209,13 +212,15 @@ def main() -> None:
 
     results: dict[str, Any] = {"date": dt.date.today().isoformat(), "max_tokens": args.max_tokens,
                                "repeats": args.repeats, "clients": list(CLIENTS), "model": gen.model,
-                               "cpus": psutil.cpu_count(), "command": "python benchmarks/generate_bench.py"}
+                               "cpus": psutil.cpu_count(), "overrides": args.overrides,
+                               "command": " ".join(["python benchmarks/generate_bench.py",
+                                                    *(f"--set {o}" for o in args.overrides)])}
     for engine in ENGINES:
         print(f"{engine}:", flush=True)
         # the transformers engine generates in the Generator replica: serve_cpu.yaml's settings for it
         # answers of a fixed length (no stop at the first line), so tokens/s compares like with like
         deploy(storage, [f"serve.generator.engine={engine}", f"serve.generator.max_new_tokens={args.max_tokens}",
-                         "serve.generator.stop=[]"],
+                         "serve.generator.stop=[]", *args.overrides],
                args.port, {"max_ongoing_requests": 4, "ray_actor_options": {"num_cpus": 0.5}}
                if engine == "transformers" else None)
         query = Query(url, key)
