@@ -212,9 +212,8 @@ def main() -> None:
 
     results: dict[str, Any] = {"date": dt.date.today().isoformat(), "max_tokens": args.max_tokens,
                                "repeats": args.repeats, "clients": list(CLIENTS), "model": gen.model,
-                               "cpus": psutil.cpu_count(), "overrides": args.overrides,
-                               "command": " ".join(["python benchmarks/generate_bench.py",
-                                                    *(f"--set {o}" for o in args.overrides)])}
+                               "cpus": psutil.cpu_count(),
+                               "command": " ".join(["python benchmarks/generate_bench.py", *sys.argv[1:]])}
     for engine in ENGINES:
         print(f"{engine}:", flush=True)
         # the transformers engine generates in the Generator replica: serve_cpu.yaml's settings for it
