@@ -331,8 +331,13 @@ class VllmConfig(ConfigBase):
                           description="On cpu: the cores vLLM's OpenMP threads run on, one thread each "
                           "(VLLM_CPU_OMP_THREADS_BIND): auto, every core of the first NUMA node left after "
                           "reserved_cpus (vLLM's own default: use it on a larger node); a list such as 0-3 or 0,2; "
-                          "nobind, the process's own OMP_NUM_THREADS (Ray's 1 for the replica). nobind by default: "
-                          "on 2 cores auto spun both without generating more tokens/s.")
+                          "nobind, unbound threads, as many as `threads` says. nobind by default: it generates as "
+                          "fast as auto on 2 cores and leaves the kernel free to schedule the graph's other "
+                          "replicas and Serve's recovery beside it.")
+    threads: int = Field(default=0, ge=0, description="On cpu with cpu_bind nobind: the engine's OpenMP threads "
+                         "(OMP_NUM_THREADS, unbound: the kernel schedules them beside the graph's other replicas). "
+                         "0: detected on the engine's node, every core where its matrix products are compute bound "
+                         "(float32, or bf16 emulated), all but one where bf16 is native.")
     one_process: bool = Field(default=True, description="On cpu: run vLLM's lone model worker inside its engine "
                               "process (vLLM's uni executor) instead of a process of its own (false: vLLM's "
                               "multiprocess executor, Ray Serve LLM's default). Starts 6-10 s sooner and holds 0.45 GB "

@@ -12,8 +12,8 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
              VLLM_CPU_* environment, asked the same prompts.
   vllm-uni:  `vllm serve` as above, set up as Ragline's engine runs: one process (vLLM's "uni" executor; on CPU
              vLLM turns `--distributed-executor-backend uni` into its multiprocess executor unless
-             VLLM_ENABLE_V1_MULTIPROCESSING=0, which runs the engine in the API server's process) and, under
-             cpu_bind nobind, one OpenMP thread (Ray's OMP_NUM_THREADS for the LLM replica).
+             VLLM_ENABLE_V1_MULTIPROCESSING=0, which runs the engine in the API server's process).
+Under cpu_bind nobind every side's engine runs the OpenMP threads Ragline's runs (serve.generator.vllm.threads).
   serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
              executor, deployments/llm_server.py:OneProcessEngine): what the executor alone changes.
   ragline-mp (only when named in --only): ragline with vLLM's multiprocess executor
@@ -197,7 +197,8 @@ def serve_llm_app(gen: GeneratorConfig, path: str, dtype: str, server_cls: str |
               "engine_kwargs": {"dtype": dtype, "enforce_eager": v.enforce_eager, "max_model_len": gen.context_len,
                                 "max_num_seqs": v.max_num_seqs, "enable_prefix_caching": v.enable_prefix_caching},
               "placement_group_config": {"bundles": [{"CPU": v.cpus}]},
-              "runtime_env": {"env_vars": cpu_engine_env(v)}} | ({"server_cls": server_cls} if server_cls else {})
+              "runtime_env": {"env_vars": cpu_engine_env(v) | engine_threads(v, dtype)}}
+    config |= {"server_cls": server_cls} if server_cls else {}
     return {"name": "serve-llm", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
             "args": {"llm_configs": [config], "ingress_deployment_config": {"ray_actor_options": {"num_cpus": 0}}}}
 
@@ -214,14 +215,18 @@ def vllm_command(gen: GeneratorConfig, path: str, dtype: str, port: int, one_pro
             "--host", "127.0.0.1", "--port", str(port)]
 
 
-def vllm_env(v: VllmConfig, one_process: bool) -> dict[str, str]:
-    """`vllm serve`'s VLLM_CPU_* environment; `one_process`: also what runs its engine as Ragline's runs, in one
-    process (on CPU vLLM takes the uni executor only without V1 multiprocessing) and, under cpu_bind nobind, on
-    the one OpenMP thread Ray gives Ragline's LLM replica (vLLM's own default: one per core)."""
-    if not one_process:
-        return cpu_engine_env(v)
-    return cpu_engine_env(v) | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} | (
-        {"OMP_NUM_THREADS": "1"} if v.cpu_bind == "nobind" else {})
+def engine_threads(v: VllmConfig, dtype: str) -> dict[str, str]:
+    """Under cpu_bind nobind, the OpenMP threads Ragline's LLM replica gives its engine (serve.generator.vllm.threads,
+    detected), for every side: left alone, Serve LLM's engine would run Ray's one for its replica and `vllm serve`'s
+    torch's one per core. Bound, VLLM_CPU_OMP_THREADS_BIND says the threads."""
+    return {"OMP_NUM_THREADS": str(hardware.generator_threads(v.threads, dtype))} if v.cpu_bind == "nobind" else {}
+
+
+def vllm_env(v: VllmConfig, dtype: str, one_process: bool) -> dict[str, str]:
+    """`vllm serve`'s VLLM_CPU_* environment and threads; `one_process`: also run its engine as Ragline's runs, in
+    one process (on CPU vLLM takes the uni executor only without V1 multiprocessing)."""
+    return cpu_engine_env(v) | engine_threads(v, dtype) | (
+        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if one_process else {})
 
 
 def engines_gone(timeout_s: float = 120) -> None:
@@ -287,7 +292,7 @@ class Bench:
         port = self.args.port + 1
         url = f"http://127.0.0.1:{port}"
         server = ServerProcess("vllm serve", vllm_command(self.gen, self.path, self.dtype, port, one_process),
-                               {**os.environ, **vllm_env(self.gen.vllm, one_process)},
+                               {**os.environ, **vllm_env(self.gen.vllm, self.dtype, one_process)},
                                Path(self.args.work) / "vllm-serve.log", f"{url}/health", timeout_s=600)
 
         def stop() -> None:

@@ -57,9 +57,9 @@ class OneProcessEngine(VLLMEngine):
         if parallel.distributed_executor_backend != "mp" or parallel.world_size != 1:
             return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
         parallel.distributed_executor_backend = "uni"
-        # The engine process, spawned here, inherits the replica's OMP_NUM_THREADS: Ray's 1 for this 0-CPU actor.
+        # The engine process, spawned here, inherits the replica's OMP_NUM_THREADS (serve.generator.vllm.threads).
         # vLLM's multiprocess executor gives its worker the OpenMP threads and binding VLLM_CPU_OMP_THREADS_BIND
-        # names (cpu_bind); the lone worker here gets the same (nobind: none, the inherited one thread).
+        # names (cpu_bind); the lone worker here gets the same (nobind: none, the inherited threads).
         with OMPProcessManager(vllm_engine_config).configure_omp_envs(rank=0, local_rank=0):
             return super()._start_async_llm_engine(vllm_engine_args, vllm_engine_config, placement_group)
 
@@ -82,8 +82,17 @@ class RaglineLLMServer(LLMServer):
         source, self.label = found
         # The dtype is chosen here, on the engine's own node: bf16 only where this CPU computes it natively.
         self.dtype = hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device)
-        log.info("vLLM %s on %s (serve.generator.vllm.dtype %s)", self.dtype, hardware.detect().summary(),
-                 gen.vllm.dtype)
+        # On CPU the engine's threads are chosen here too, on its node: under nobind the engine process spawned below
+        # inherits OMP_NUM_THREADS (Ray gives this 0-CPU actor 1); otherwise vLLM binds one to each cpu_bind core.
+        self.placement = ""
+        if gen.vllm.device == "cpu" and gen.vllm.cpu_bind == "nobind":
+            threads = hardware.generator_threads(gen.vllm.threads, self.dtype)
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+            self.placement = f", {threads} threads"
+        elif gen.vllm.device == "cpu":
+            self.placement = f", threads bound to {gen.vllm.cpu_bind}"
+        log.info("vLLM %s%s on %s (serve.generator.vllm.dtype %s)", self.dtype, self.placement,
+                 hardware.detect().summary(), gen.vllm.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.
         config = llm_config.model_dump(exclude_unset=True)
         cfg = LLMConfig.model_validate({**config, "engine_kwargs": {**config["engine_kwargs"], "dtype": self.dtype},
@@ -112,7 +121,7 @@ class RaglineLLMServer(LLMServer):
 
     async def computes(self) -> str:
         """The dtype the engine runs and the hardware that decided it (for /readyz)."""
-        return f"{self.dtype} on {hardware.detect().summary()}"
+        return f"{self.dtype}{self.placement} on {hardware.detect().summary()}"
 
     def _follow_catalog(self) -> None:
         """A newly promoted version: pin it in the running Serve config, and Serve rolls this application over."""

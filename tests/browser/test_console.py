@@ -128,9 +128,11 @@ def test_operate_shows_what_the_api_says(served, page):
     assert index is not None and ready["retriever"]["index_version"] == index.version
     assert page.inner_text("[data-testid=served-index] .value") == str(index.version)
     assert page.inner_text("[data-testid=served-generator] .value") == ready["generator"]["generator"]
-    # what the generator computes in, chosen by the hardware: never bf16 where the CPU would emulate it
+    # what the generator computes in and on how many threads, chosen by the hardware: never bf16 where the CPU would
+    # emulate it
     dtype = "bfloat16" if hardware.detect().cpu_bf16 else "float32"
-    assert page.inner_text("[data-testid=computes-generator] .value").startswith(f"{dtype} on ")
+    threads = hardware.generator_threads(0, dtype)
+    assert page.inner_text("[data-testid=computes-generator] .value").startswith(f"{dtype}, {threads} threads on ")
     runs = page.inner_text("#ingest-runs")
     assert served.ingest_run in runs and "succeeded" in runs
     run = next(r for r in status["ingest_runs"] if r["run_id"] == served.ingest_run)

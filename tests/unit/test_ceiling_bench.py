@@ -4,6 +4,7 @@ gets the engine options Ragline's LLM application uses, how repeats are summaris
 import pytest
 from ray.serve.llm import LLMConfig
 
+from app import hardware
 from app.config import GeneratorConfig
 from benchmarks import readme_tables
 from benchmarks.ceiling_bench import MODEL_ID, ratios, serve_llm_app, summarise, vllm_command, vllm_env
@@ -37,15 +38,17 @@ def test_serve_llm_and_bare_vllm_get_the_engine_options_ragline_serves_with():
     assert flags["--dtype"] == "float32" and flags["--max-model-len"] == str(gen.context_len)
     assert flags["--max-num-seqs"] == str(gen.vllm.max_num_seqs) and flags["--served-model-name"] == MODEL_ID
     assert "--enforce-eager" in cmd and "--enable-prefix-caching" in cmd
-    assert "uni" not in cmd and "OMP_NUM_THREADS" not in vllm_env(gen.vllm, False)
-    # vllm-uni: one process, as Ragline's engine, and its one OpenMP thread under nobind
+    # every side's engine runs the threads Ragline's LLM replica gives its own
+    threads = str(hardware.generator_threads(gen.vllm.threads, "float32"))
+    assert "uni" not in cmd and vllm_env(gen.vllm, "float32", False)["OMP_NUM_THREADS"] == threads
+    assert (theirs.runtime_env or {})["env_vars"]["OMP_NUM_THREADS"] == threads
+    # vllm-uni: one process, as Ragline's engine
     uni = vllm_command(gen, "/models/smol", "float32", 9000, one_process=True)
     assert uni[uni.index("--distributed-executor-backend") + 1] == "uni"
-    assert vllm_env(gen.vllm, True) == {**vllm_env(gen.vllm, False), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                                        "OMP_NUM_THREADS": "1"}
+    assert vllm_env(gen.vllm, "float32", True) == {**vllm_env(gen.vllm, "float32", False),
+                                                   "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     bound = gen.vllm.model_copy(update={"cpu_bind": "0-1"})
-    assert "OMP_NUM_THREADS" not in vllm_env(bound, True)  # bound: VLLM_CPU_OMP_THREADS_BIND says the threads
-
+    assert "OMP_NUM_THREADS" not in vllm_env(bound, "float32", True)  # bound: VLLM_CPU_OMP_THREADS_BIND says
 
 def test_repeats_are_summarised_by_their_median_and_ragline_is_compared_with_each_other_side():
     runs = [run(10, 300, 40, {"retrieve": 20, "generate": 300}), run(12, 200, 50, {"retrieve": 10, "generate": 200}),

@@ -45,6 +45,18 @@ def test_auto_choices_follow_the_cpu_and_explicit_settings_win():
     assert hardware.choose_precision("fp32", "cpu", bf16) == "fp32"
 
 
+def test_the_engines_threads_take_every_core_where_it_is_compute_bound():
+    import dataclasses
+
+    avx2, amx = (dataclasses.replace(hw(c), cores=4) for c in (EPYC_AVX2, XEON_AMX))
+    assert hardware.generator_threads(0, "float32", avx2) == 4
+    assert hardware.generator_threads(0, "bfloat16", avx2) == 4  # emulated bf16: compute bound too
+    assert hardware.generator_threads(0, "bfloat16", amx) == 3  # native: one core left to the graph's replicas
+    assert hardware.generator_threads(0, "float32", amx) == 4
+    assert hardware.generator_threads(0, "bfloat16", dataclasses.replace(amx, cores=1)) == 1
+    assert hardware.generator_threads(2, "float32", avx2) == 2  # an explicit count wins
+
+
 def test_a_bf16_index_is_queried_in_fp32_where_bf16_is_emulated():
     from app.models.embedder import query_precision
 
