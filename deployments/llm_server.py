@@ -88,7 +88,7 @@ class RaglineLLMServer(LLMServer):
         if gen.vllm.device == "cpu" and gen.vllm.cpu_bind == "nobind":
             threads = hardware.generator_threads(gen.vllm.threads, self.dtype)
             os.environ["OMP_NUM_THREADS"] = str(threads)
-            self.placement = f", {threads} threads"
+            self.placement = f", {threads} thread{'s' if threads > 1 else ''}"
         elif gen.vllm.device == "cpu":
             self.placement = f", threads bound to {gen.vllm.cpu_bind}"
         log.info("vLLM %s%s on %s (serve.generator.vllm.dtype %s)", self.dtype, self.placement,

@@ -132,7 +132,7 @@ def test_operate_shows_what_the_api_says(served, page):
     # emulate it
     dtype = "bfloat16" if hardware.detect().cpu_bf16 else "float32"
     threads = hardware.generator_threads(0, dtype)
-    assert page.inner_text("[data-testid=computes-generator] .value").startswith(f"{dtype}, {threads} threads on ")
+    assert page.inner_text("[data-testid=computes-generator] .value").startswith(f"{dtype}, {threads} thread")
     runs = page.inner_text("#ingest-runs")
     assert served.ingest_run in runs and "succeeded" in runs
     run = next(r for r in status["ingest_runs"] if r["run_id"] == served.ingest_run)
