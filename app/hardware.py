@@ -216,3 +216,15 @@ def generator_threads(wanted: int, dtype: GeneratorDtype, hw: Hardware | None = 
         return wanted
     hw = hw or detect()
     return max(1, hw.cores - 1) if dtype == "bfloat16" and hw.cpu_bf16 else hw.cores
+
+
+def generator_placement(device: Literal["cpu", "gpu"], cpu_bind: str, threads: int, dtype: GeneratorDtype,
+                        hw: Hardware | None = None) -> str:
+    """How a vLLM engine's threads run, for logs, `/readyz` and `ragline status`: ", 2 threads" (unbound), ", threads
+    bound to 0-1"; "" on GPU."""
+    if device == "gpu":
+        return ""
+    if cpu_bind != "nobind":
+        return f", threads bound to {cpu_bind}"
+    n = generator_threads(threads, dtype, hw)
+    return f", {n} thread{'s' if n > 1 else ''}"

@@ -82,15 +82,12 @@ class RaglineLLMServer(LLMServer):
         source, self.label = found
         # The dtype is chosen here, on the engine's own node: bf16 only where this CPU computes it natively.
         self.dtype = hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device)
-        # On CPU the engine's threads are chosen here too, on its node: under nobind the engine process spawned below
-        # inherits OMP_NUM_THREADS (Ray gives this 0-CPU actor 1); otherwise vLLM binds one to each cpu_bind core.
-        self.placement = ""
+        # The engine's threads are chosen here too, on its node: under cpu_bind nobind the engine process spawned
+        # below inherits OMP_NUM_THREADS (Ray gives this 0-CPU actor 1); otherwise vLLM binds one to each core named.
         if gen.vllm.device == "cpu" and gen.vllm.cpu_bind == "nobind":
-            threads = hardware.generator_threads(gen.vllm.threads, self.dtype)
-            os.environ["OMP_NUM_THREADS"] = str(threads)
-            self.placement = f", {threads} thread{'s' if threads > 1 else ''}"
-        elif gen.vllm.device == "cpu":
-            self.placement = f", threads bound to {gen.vllm.cpu_bind}"
+            os.environ["OMP_NUM_THREADS"] = str(hardware.generator_threads(gen.vllm.threads, self.dtype))
+        self.placement = hardware.generator_placement(gen.vllm.device, gen.vllm.cpu_bind, gen.vllm.threads,
+                                                      self.dtype)
         log.info("vLLM %s%s on %s (serve.generator.vllm.dtype %s)", self.dtype, self.placement,
                  hardware.detect().summary(), gen.vllm.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.

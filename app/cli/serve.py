@@ -128,7 +128,7 @@ class Computes(BaseModel):
     hardware: dict[str, object]  # app.hardware.Hardware.record()
     embedder: str  # runtime and precision of a new dataset (an existing one keeps its own)
     reranker: str
-    generator: str  # vLLM's dtype
+    generator: str  # vLLM's dtype, and its threads on CPU
 
 
 def computes(c: Context) -> Computes:
@@ -136,12 +136,13 @@ def computes(c: Context) -> Computes:
 
     hw, ec = hardware.detect(), c.cfg.ingest.embed
     device = "cuda" if ec.num_gpus > 0 else "cpu"
-    gen = c.cfg.serve.generator
+    vllm = c.cfg.serve.generator.vllm
+    dtype = hardware.generator_dtype(vllm.dtype, vllm.device)
     return Computes(hardware=hw.record(),
                     embedder=f"{embedder.choose_runtime(ec.runtime, ec.model, device)} "
                              f"{hardware.choose_precision(ec.precision, device)}",
                     reranker=hardware.choose_precision(c.cfg.serve.reranker.precision, "cpu"),
-                    generator=hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device))
+                    generator=dtype + hardware.generator_placement(vllm.device, vllm.cpu_bind, vllm.threads, dtype))
 
 
 def cluster_status(c: Context) -> ClusterStatus:
