@@ -13,11 +13,11 @@ Sides, each started afresh in every repeat, in turns (Ragline, Serve LLM, vLLM, 
   vllm-uni:  `vllm serve` as above, set up as Ragline's engine runs: one process (vLLM's "uni" executor; on CPU
              vLLM turns `--distributed-executor-backend uni` into its multiprocess executor unless
              VLLM_ENABLE_V1_MULTIPROCESSING=0, which runs the engine in the API server's process).
-Under cpu_bind nobind every side's engine runs the OpenMP threads Ragline's runs (serve.generator.vllm.threads).
   serve-llm-uni (only when named in --only): serve-llm with Ragline's engine class (vLLM's one-process "uni"
              executor, deployments/llm_server.py:OneProcessEngine): what the executor alone changes.
   ragline-mp (only when named in --only): ragline with vLLM's multiprocess executor
              (`serve.generator.vllm.one_process=false`), in the same run as the default: which executor to ship.
+Under cpu_bind nobind every side's engine runs the OpenMP threads Ragline's runs (serve.generator.vllm.threads).
 Every answer is greedy and of a fixed length (`--max-tokens`, no stop string), so every side generates the same
 tokens; the usage each side reports (prompt and completion tokens) is recorded to show it. Tokens/s counts completion
 tokens over each run's wall time, TTFT is the time to the first content token, latency the whole request's.
@@ -376,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             ["python benchmarks/ceiling_bench.py", *(f"--ragline-set {o}" for o in args.ragline_set)]),
         "dtype": bench.dtype, "max_tokens": args.max_tokens, "repeats": args.repeats, "clients": list(CLIENTS),
         "cpus": psutil.cpu_count(), "engine": {"max_model_len": gen.context_len, "max_num_seqs": gen.vllm.max_num_seqs,
-                                               "enforce_eager": gen.vllm.enforce_eager, **cpu_engine_env(gen.vllm)},
+                                               "enforce_eager": gen.vllm.enforce_eager, **cpu_engine_env(gen.vllm),
+                                               **engine_threads(gen.vllm, bench.dtype)},
         "versions": {m: __import__(m).__version__ for m in ("vllm", "ray")},
         "sides": {s: summarise(r) for s, r in runs.items()}, "runs": runs}
     result["ratios"] = ratios(result["sides"])

@@ -48,7 +48,8 @@ def test_serve_llm_and_bare_vllm_get_the_engine_options_ragline_serves_with():
     assert vllm_env(gen.vllm, "float32", True) == {**vllm_env(gen.vllm, "float32", False),
                                                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     bound = gen.vllm.model_copy(update={"cpu_bind": "0-1"})
-    assert "OMP_NUM_THREADS" not in vllm_env(bound, "float32", True)  # bound: VLLM_CPU_OMP_THREADS_BIND says
+    assert "OMP_NUM_THREADS" not in vllm_env(bound, "float32", True)  # VLLM_CPU_OMP_THREADS_BIND says the threads
+
 
 def test_repeats_are_summarised_by_their_median_and_ragline_is_compared_with_each_other_side():
     runs = [run(10, 300, 40, {"retrieve": 20, "generate": 300}), run(12, 200, 50, {"retrieve": 10, "generate": 200}),
