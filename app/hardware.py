@@ -218,6 +218,15 @@ def generator_threads(wanted: int, dtype: GeneratorDtype, hw: Hardware | None = 
     return max(1, hw.cores - 1) if dtype == "bfloat16" and hw.cpu_bf16 else hw.cores
 
 
+def generator_thread_env(device: Literal["cpu", "gpu"], cpu_bind: str, threads: int, dtype: GeneratorDtype,
+                         hw: Hardware | None = None) -> dict[str, str]:
+    """The OMP_NUM_THREADS a CPU vLLM engine that binds none is started with (`generator_threads`); {} on GPU, or
+    where vLLM binds a thread to each core `cpu_bind` names."""
+    if device == "gpu" or cpu_bind != "nobind":
+        return {}
+    return {"OMP_NUM_THREADS": str(generator_threads(threads, dtype, hw))}
+
+
 def generator_placement(device: Literal["cpu", "gpu"], cpu_bind: str, threads: int, dtype: GeneratorDtype,
                         hw: Hardware | None = None) -> str:
     """How a vLLM engine's threads run, for logs, `/readyz` and `ragline status`: ", 2 threads" (unbound), ", threads
@@ -226,5 +235,5 @@ def generator_placement(device: Literal["cpu", "gpu"], cpu_bind: str, threads: i
         return ""
     if cpu_bind != "nobind":
         return f", threads bound to {cpu_bind}"
-    n = generator_threads(threads, dtype, hw)
+    n = int(generator_thread_env(device, cpu_bind, threads, dtype, hw)["OMP_NUM_THREADS"])
     return f", {n} thread{'s' if n > 1 else ''}"

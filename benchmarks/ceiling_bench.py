@@ -219,7 +219,7 @@ def engine_threads(v: VllmConfig, dtype: str) -> dict[str, str]:
     """Under cpu_bind nobind, the OpenMP threads Ragline's LLM replica gives its engine (serve.generator.vllm.threads,
     detected), for every side: left alone, Serve LLM's engine would run Ray's one for its replica and `vllm serve`'s
     torch's one per core. Bound, VLLM_CPU_OMP_THREADS_BIND says the threads."""
-    return {"OMP_NUM_THREADS": str(hardware.generator_threads(v.threads, dtype))} if v.cpu_bind == "nobind" else {}
+    return hardware.generator_thread_env(v.device, v.cpu_bind, v.threads, dtype)
 
 
 def vllm_env(v: VllmConfig, dtype: str, one_process: bool) -> dict[str, str]:

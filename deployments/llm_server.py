@@ -84,10 +84,9 @@ class RaglineLLMServer(LLMServer):
         self.dtype = hardware.generator_dtype(gen.vllm.dtype, gen.vllm.device)
         # The engine's threads are chosen here too, on its node: under cpu_bind nobind the engine process spawned
         # below inherits OMP_NUM_THREADS (Ray gives this 0-CPU actor 1); otherwise vLLM binds one to each core named.
-        if gen.vllm.device == "cpu" and gen.vllm.cpu_bind == "nobind":
-            os.environ["OMP_NUM_THREADS"] = str(hardware.generator_threads(gen.vllm.threads, self.dtype))
-        self.placement = hardware.generator_placement(gen.vllm.device, gen.vllm.cpu_bind, gen.vllm.threads,
-                                                      self.dtype)
+        chosen = (gen.vllm.device, gen.vllm.cpu_bind, gen.vllm.threads, self.dtype)
+        os.environ.update(hardware.generator_thread_env(*chosen))
+        self.placement = hardware.generator_placement(*chosen)
         log.info("vLLM %s%s on %s (serve.generator.vllm.dtype %s)", self.dtype, self.placement,
                  hardware.detect().summary(), gen.vllm.dtype)
         # A new LLMConfig rather than an edited one: LLMConfig caches the engine config it derived from the source.

@@ -55,6 +55,10 @@ def test_the_engines_threads_take_every_core_where_it_is_compute_bound():
     assert hardware.generator_threads(0, "float32", amx) == 4
     assert hardware.generator_threads(0, "bfloat16", dataclasses.replace(amx, cores=1)) == 1
     assert hardware.generator_threads(2, "float32", avx2) == 2  # an explicit count wins
+    # what the engine is started with: unbound threads only (bound, vLLM sets its own; on GPU, none)
+    assert hardware.generator_thread_env("cpu", "nobind", 0, "float32", avx2) == {"OMP_NUM_THREADS": "4"}
+    assert hardware.generator_thread_env("cpu", "0-1", 0, "float32", avx2) == {}
+    assert hardware.generator_thread_env("gpu", "nobind", 0, "auto", avx2) == {}
     # what logs, /readyz and `ragline status` say of it
     assert hardware.generator_placement("cpu", "nobind", 0, "float32", avx2) == ", 4 threads"
     assert hardware.generator_placement("cpu", "nobind", 1, "float32", avx2) == ", 1 thread"
