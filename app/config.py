@@ -539,8 +539,8 @@ class WriterConfig(ConfigBase):
     engines: int = Field(default=1, ge=1, description="Engine actors, all started (Ray Data spreads them over the "
                          "nodes).")
     cpus: float = Field(default=1.0, gt=0, description="CPUs each engine reserves from Ray. On cpu its vLLM "
-                        "runs one OpenMP thread per whole CPU reserved (Ray's OMP_NUM_THREADS for the actor; 2 "
-                        "threads wrote 96 questions no faster than 1 on 2 cores with SmolLM2-135M).")
+                        "runs one unbound OpenMP thread per whole CPU reserved, at least one (2 threads wrote 96 "
+                        "questions no faster than 1 on 2 cores with SmolLM2-135M).")
     kv_cache_gib: int = Field(default=1, ge=1, description="On cpu: each engine's KV cache, in whole GiB (vLLM "
                               "reads VLLM_CPU_KVCACHE_SPACE as an integer).")
     max_num_seqs: int = Field(default=32, ge=1, description="Sequences one engine decodes together.")

@@ -233,3 +233,26 @@ def test_the_embedders_teacher_is_the_promoted_reranker_else_none(tmp_path):
         named = cfg.model_copy(deep=True)
         named.adapt.teacher = spec
         assert teacher(named, root) == spec
+
+
+def test_the_writers_chat_template_is_applied_in_the_prompt_task_only_where_it_just_frames_the_message(tmp_path):
+    """`chat_frame`: the packaged SmolLM2's template around a message is what the template renders for it; a
+    template that rewrites the message (here: upper-cases it) is left to ray.data.llm's chat-template stage."""
+    from transformers import AutoTokenizer
+
+    from app import envs
+    from app.adapt.writer import chat_frame
+    from app.models import generator
+
+    path = generator.resolve("SmolLM2-135M-Instruct", envs.cache_dir())
+    frame = chat_frame(path)
+    assert frame is not None
+    message = [{"role": "user", "content": prompt("Lifeact", PASSAGE, 40)}]
+    rendered = AutoTokenizer.from_pretrained(path).apply_chat_template(message, tokenize=False,
+                                                                        add_generation_prompt=True)
+    assert frame[0] + message[0]["content"] + frame[1] == rendered and frame[1].endswith("assistant\n")
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | upper }}{% endfor %}"
+    tokenizer.save_pretrained(tmp_path)
+    assert chat_frame(str(tmp_path)) is None
