@@ -43,10 +43,9 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
     out."""
     from ray.data.llm import ChatTemplateStageConfig, build_processor, vLLMEngineProcessorConfig
 
-    dtype = hardware.generator_dtype(cfg.dtype, cfg.device)
     engine_kwargs: dict[str, object] = {
-        "dtype": dtype, "enforce_eager": cfg.device == "cpu", "max_model_len": 2048,
-        "max_num_seqs": cfg.max_num_seqs, "enable_prefix_caching": False}
+        "dtype": hardware.generator_dtype(cfg.dtype, cfg.device), "enforce_eager": cfg.device == "cpu",
+        "max_model_len": 2048, "max_num_seqs": cfg.max_num_seqs, "enable_prefix_caching": False}
     if cfg.device == "gpu":
         bundles: list[dict[str, float]] = [{"GPU": 1, "CPU": cfg.cpus}]
         env: dict[str, str] = {}
@@ -60,8 +59,7 @@ def write_questions(chunks: ray.data.Dataset, cfg: WriterConfig, model_path: str
         # one machine would otherwise bind the same core), one per whole CPU reserved.
         engine_kwargs["distributed_executor_backend"] = UniProcExecutor
         env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-               **hardware.generator_thread_env("cpu", "nobind", max(1, int(cfg.cpus)), dtype),
-               "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+               "OMP_NUM_THREADS": str(max(1, int(cfg.cpus))), "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     frame = chat_frame(model_path)
     # (n, n): a pool of exactly n engines; ray.data.llm reads a bare n as an autoscaling pool from 1 to n, which a
     # short run never scales up (measured on two nodes: one engine for 8 chunks)

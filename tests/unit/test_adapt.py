@@ -248,11 +248,10 @@ def test_the_writers_chat_template_is_applied_in_the_prompt_task_only_where_it_j
     frame = chat_frame(path)
     assert frame is not None
     message = [{"role": "user", "content": prompt("Lifeact", PASSAGE, 40)}]
-    rendered = AutoTokenizer.from_pretrained(path).apply_chat_template(message, tokenize=False,
-                                                                        add_generation_prompt=True)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rendered = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
     assert frame[0] + message[0]["content"] + frame[1] == rendered and frame[1].endswith("assistant\n")
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | upper }}{% endfor %}"
     tokenizer.save_pretrained(tmp_path)
     assert chat_frame(str(tmp_path)) is None
