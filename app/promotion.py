@@ -4,7 +4,8 @@ better past noise: a paired bootstrap over the questions' F1 (`app.eval.paired`,
 whole interval of the difference above zero.
 
 The candidate is served by a copy of the running graph beside it (`app.serving.deploy_candidate`, route
-`/candidate`): the same index, retriever, reranker and prompt, with only the generator changed. The served graph
+`/candidate`) that asks the served graph's Retriever and Reranker: the same passages and prompt, with only the
+generator changed. The served graph
 and the candidate answer the same questions over HTTP; the copy is removed afterwards, whatever happened. A
 promotion then reaches users through the hot swap the graph already does for `serve.generator.model=catalog:NAME`.
 """

@@ -33,6 +33,7 @@ GRAPH = "deployments.graph:build_app"
 LLM = "deployments.llm:build_llm_app"
 # a copy of the graph whose generator serves a model being judged for promotion (app.promotion)
 CANDIDATE, CANDIDATE_LLM, CANDIDATE_PREFIX = "ragline-candidate", "ragline-candidate-llm", "/candidate"
+SEARCH_DEPLOYMENTS = ("Retriever", "Reranker")  # a candidate's copy of the graph shares the served graph's
 CANDIDATES = {CANDIDATE, CANDIDATE_LLM}
 
 
@@ -46,6 +47,7 @@ class AppArgs(TypedDict, total=False):
     overrides: list[str]
     api_keys_file: str
     generator_version: int
+    search_from: str  # GRAPH only
 
 
 class DeploymentConfig(TypedDict, total=False):
@@ -183,7 +185,8 @@ def pin_generator(app_name: str, version: int) -> bool:
 
 def deploy_candidate(model: str) -> tuple[str, list[str]]:
     """Adds to the running Serve config a copy of the RAG application at route CANDIDATE_PREFIX (and of its LLM
-    application) whose generator serves `model`; the served applications are left exactly as they run. Returns
+    application) whose generator serves `model` and which asks the served graph's Retriever and Reranker; the
+    served applications are left exactly as they run. Returns
     the route prefix and the new applications' names, without waiting for them (`wait_running`).
 
     The copies reserve almost no CPU (0.01 per deployment, 0.05 for the LLM's bundle): on a small machine the
@@ -201,14 +204,16 @@ def deploy_candidate(model: str) -> tuple[str, list[str]]:
                  "serve.generator.vllm.cpus=0.05"]
     # the LLM's replica holds no CPU already (its engine's bundle is serve.generator.vllm.cpus), and its
     # ray_actor_options come from its builder (the engine's environment): a config value would replace them
+    # the copy asks the served graph's Retriever and Reranker: the same passages, and no second index in memory
     copies: list[ApplicationConfig] = [{**graph, "name": CANDIDATE, "route_prefix": CANDIDATE_PREFIX, "deployments": [
-        _reserving_little(d) for d in graph.get("deployments") or []]}]
+        _reserving_little(d) for d in graph.get("deployments") or [] if d["name"] not in SEARCH_DEPLOYMENTS]}]
     if llm is not None:
         copies.append({**llm, "name": CANDIDATE_LLM, "route_prefix": None})
     for app in copies:
         args = (app.get("args") or AppArgs()).copy()  # a copy: the served application's args stay as they are
         args.pop("generator_version", None)
         app["args"] = {**args, "overrides": [*(args.get("overrides") or []), *overrides]}
+    copies[0]["args"]["search_from"] = graph["name"]
     _apply(details, [a for n, a in apps.items() if n not in CANDIDATES] + copies)
     return CANDIDATE_PREFIX, [a["name"] for a in copies]
 

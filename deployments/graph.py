@@ -23,8 +23,10 @@ def build_app(args: GraphArgs) -> Application:
     storage, cfg = load(args)
     serve, poll_s = cfg.serve, cfg.serve.poll_interval_s
     # @serve.deployment turns the classes into Deployments; their stubs do not say so
-    retriever = Retriever.bind(storage, cfg.search, serve.retriever, poll_s)  # type: ignore[attr-defined]
-    reranker = Reranker.bind(storage, serve.reranker, poll_s)  # type: ignore[attr-defined]
+    # with search_from, the Ingress asks that application's Retriever and Reranker
+    retriever = None if args.search_from else Retriever.bind(  # type: ignore[attr-defined]
+        storage, cfg.search, serve.retriever, poll_s)
+    reranker = None if args.search_from else Reranker.bind(storage, serve.reranker, poll_s)  # type: ignore[attr-defined]
     generator = Generator.bind(storage, serve.generator, poll_s)  # type: ignore[attr-defined]
     return Ingress.bind(retriever, reranker, generator, storage, IngressArgs(  # type: ignore[attr-defined]
         api=serve.api, generator=serve.generator.model, max_new_tokens=serve.generator.max_new_tokens,
@@ -32,4 +34,4 @@ def build_app(args: GraphArgs) -> Application:
         index_version=serve.retriever.index_version, candidates=serve.reranker.candidates if serve.reranker.model
         else 0, retrieve_batch=serve.retriever.max_batch_size, generator_engine=serve.generator.engine,
         poll_interval_s=poll_s,
-        api_keys_file=args.api_keys_file))
+        api_keys_file=args.api_keys_file, search_from=args.search_from))

@@ -170,13 +170,18 @@ class IngressArgs:
     generator_engine: str  # serve.generator.engine: with vllm, answers are streamed from the LLM application
     poll_interval_s: float  # serve.poll_interval_s
     api_keys_file: str | None = None
+    search_from: str | None = None  # the application whose Retriever and Reranker to ask (None: the bound ones)
 
 
 @serve.deployment(name="Ingress")
 @serve.ingress()
 class Ingress:
-    def __init__(self, retriever: DeploymentHandle, reranker: DeploymentHandle, generator: DeploymentHandle,
-                 storage: str, args: IngressArgs):
+    def __init__(self, retriever: DeploymentHandle | None, reranker: DeploymentHandle | None,
+                 generator: DeploymentHandle, storage: str, args: IngressArgs):
+        if args.search_from:
+            retriever = serve.get_deployment_handle("Retriever", args.search_from)
+            reranker = serve.get_deployment_handle("Reranker", args.search_from)
+        assert retriever is not None and reranker is not None, "bound unless asked from another application"
         root = Storage(storage)
         keys, where = apikeys.ring(root, args.api_keys_file)
         log.info("API keys from %s", where)

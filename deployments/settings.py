@@ -25,6 +25,10 @@ class GraphArgs(BaseModel):
                                  "serve.generator.max_new_tokens=64.")
     api_keys_file: str | None = Field(default=None, description="File of API keys. None: RAGLINE_API_KEYS, "
                                       "RAGLINE_API_KEYS_FILE or the key kept under the storage root.")
+    search_from: str | None = Field(default=None, description="Another Ragline graph application whose "
+                                    "Retriever and Reranker this one asks instead of starting its own (a candidate "
+                                    "generator judged beside the served graph: the same passages, no second copy of "
+                                    "the index). None: its own.")
 
 
 def load(args: GraphArgs) -> tuple[str, AppConfig]:

@@ -580,14 +580,16 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     schema.http_options.port = int(served.url.rsplit(":", 1)[1])
     serving.submit(schema)
 
-    questions = _question_set(tmp_path / "qs.jsonl", n=1)
+    questions = _question_set(tmp_path / "qs.jsonl", n=1)  # what the judge asks
+    # taught the one question 30 times in one epoch (30 one-step epochs took 106 s, a Ray Data split each)
+    taught = tmp_path / "taught.jsonl"
+    taught.write_text(questions.read_text() * 30)
     # Trained while both applications roll over to catalog:sft. Half a CPU: the graph keeps its reservations on
-    # this 2-core cluster (and the LLM two bundles while its new replica starts); one example, so 30 epochs of one
-    # step each.
+    # this 2-core cluster (and the LLM two bundles while its new replica starts).
     job = with_serving(TrainJobConfig.model_validate({
         "task": "sft", "name": "sft-taught", "model": tiny_lm_vllm, "num_workers": 1, "cpus_per_worker": 0.5,
-        "batch_size": 1, "epochs": 30, "max_steps": 30, "lr": 5e-3, "sft": {
-            "max_length": 512, "rag_qa": {"dataset": str(questions), "split": "all", "idk_fraction": 0}}}),
+        "batch_size": 1, "epochs": 1, "max_steps": 30, "lr": 5e-3, "sft": {
+            "max_length": 512, "rag_qa": {"dataset": str(taught), "split": "all", "idk_fraction": 0}}}),
         load_config(None, overrides))
     record = run_training(job, storage)
     assert record["state"] == "succeeded", record
