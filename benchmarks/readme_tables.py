@@ -41,6 +41,12 @@ def cpu_level(r: dict[str, Any]) -> str:
     return str(r.get("hardware", {}).get("level", "avx512_bf16"))
 
 
+def cpu_amx(r: dict[str, Any]) -> bool:
+    """Whether the CPU has AMX: one level with AVX512-BF16 (app.hardware), but its bf16 matrix products run on tiles,
+    so a Xeon with AMX and one without keep a table each."""
+    return "amx_bf16" in r.get("hardware", {}).get("flags", [])
+
+
 def cpu_model(r: dict[str, Any]) -> str:
     """The CPU model a result was measured on (those from before CPUs were recorded: an AMD EPYC)."""
     return str(r.get("hardware", {}).get("cpu", "AMD EPYC"))
@@ -50,13 +56,13 @@ def latest_per_cpu(name: str, results: Path = RESULTS) -> list[Path]:
     """The newest results file of each CPU (level and model), fastest level first and, within a level, the newest
     first: a rerun on another CPU adds a table, it does not replace the other CPU's."""
     latest(name, results)  # the error when there is none
-    newest: dict[tuple[str, str], tuple[str, Path]] = {}  # (level, model) -> (date, file)
+    newest: dict[tuple[str, bool, str], tuple[str, Path]] = {}  # (level, AMX, model) -> (date, file)
     for path in sorted(results.glob(f"{name}-*.json")):
         r = json.loads(path.read_text())
-        key, date = (cpu_level(r), cpu_model(r)), str(r.get("date", ""))
+        key, date = (cpu_level(r), cpu_amx(r), cpu_model(r)), str(r.get("date", ""))
         if key not in newest or date >= newest[key][0]:
             newest[key] = (date, path)
-    order = sorted(newest, key=lambda k: (LEVEL_ORDER.index(k[0]), newest[k][0]), reverse=True)
+    order = sorted(newest, key=lambda k: (LEVEL_ORDER.index(k[0]), k[1], newest[k][0]), reverse=True)
     return [newest[k][1] for k in order]
 
 
@@ -84,7 +90,8 @@ def machine(r: dict[str, Any]) -> str:
         return (f"On {hw['cpu']} held to {hw['forced']} (`RAGLINE_CPU_ISA` and the kernel libraries' caps: an "
                 f"{hw['forced']} machine's choices and kernels on a faster CPU, OpenVINO's MLAS products excepted"
                 f"{gaps}; see Measuring another CPU), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:")
-    return f"On {hw['cpu']} ({hw['level']}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
+    amx = ", amx_bf16" if cpu_amx(r) else ""
+    return f"On {hw['cpu']} ({hw['level']}{amx}), {hw['cores']} cores, {hw['memory_gib']:.0f} GiB:"
 
 
 def quality_table(r: dict[str, Any], source: str) -> str:
