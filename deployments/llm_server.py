@@ -8,7 +8,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import psutil
@@ -24,6 +24,7 @@ from app.errors import NotFound
 from app.models import generator as generator_model
 from app.models import trained
 from app.storage import Storage
+from deployments.batching import paced
 from deployments.watch import Watcher
 
 log = logging.getLogger("ray.serve")
@@ -101,6 +102,13 @@ class RaglineLLMServer(LLMServer):
             self._storage, self._app = storage, serve.get_replica_context().app_name
             self.watcher = Watcher(f"promotions of {self.spec}", self._follow_catalog, poll_interval_s,
                                    lambda: self.label)
+
+    def _batch_output_stream(self, generator: AsyncGenerator[Any]) -> AsyncGenerator[list[Any]]:
+        """The streamed chunks, `paced` (Ray Serve LLM's hook for its response batcher, ray 2.60): a first token
+        goes out when it is made, not at the next 50 ms tick, and a busy stream still sends a list per interval."""
+        interval_ms = self._get_batch_interval_ms()
+        assert interval_ms is not None, "asked for streams only"
+        return paced(generator, interval_ms / 1000)
 
     async def chat_sse(self, request: dict[str, Any]) -> AsyncIterator[list[str]]:
         """`chat` for a caller without vLLM (the RAG graph's Generator): the request as its OpenAI JSON body, and

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 
 import pytest
 
-from deployments.batching import Batcher
+from deployments.batching import Batcher, paced
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +143,57 @@ def test_check_fails_once_the_batch_loop_has_died() -> None:
             batcher.check()
 
     asyncio.run(main())
+
+
+async def arriving(gaps_s: list[float], fail: bool = False):
+    """Items 0, 1, ... each after its gap (seconds); then an error if `fail`."""
+    for i, gap in enumerate(gaps_s):
+        await asyncio.sleep(gap)
+        yield i
+    if fail:
+        raise ValueError("the engine died")
+
+
+async def paced_lists(gaps_s: list[float], interval_s: float, fail: bool = False) -> list[tuple[float, list[int]]]:
+    t0, out = time.perf_counter(), []
+    async for batch in paced(arriving(gaps_s, fail), interval_s):
+        out.append((time.perf_counter() - t0, batch))
+    return out
+
+
+def test_paced_sends_the_first_item_at_once_and_then_one_list_per_interval():
+    # a first token 0.1 s in, then one every 10 ms: Ray's 50 ms ticks would hold the first until 0.15 s
+    sent = asyncio.run(paced_lists([0.1] + [0.01] * 20, 0.05))
+    (first_at, first), *rest = sent
+    assert first == [0] and first_at < 0.13
+    assert [i for _, batch in sent for i in batch] == list(range(21))  # all of them, in order, once
+    # one list per interval (asyncio's timers may fire a clock tick early), but the end is sent when it comes
+    assert all(b - a >= 0.045 for (a, _), (b, _) in itertools.pairwise(sent[:-1]))
+    assert len(sent) <= 1 + 0.2 / 0.05 + 1 and any(len(batch) > 1 for _, batch in rest)
+
+
+def test_paced_with_no_interval_sends_each_item_as_it_comes_and_raises_the_streams_error_after_its_items():
+    assert [batch for _, batch in asyncio.run(paced_lists([0.01] * 3, 0))] == [[0], [1], [2]]
+    with pytest.raises(ValueError, match="the engine died"):
+        asyncio.run(paced_lists([0.0, 0.0], 0.05, fail=True))
+
+
+def test_closing_paced_early_cancels_the_read_of_the_stream():
+    cancelled = asyncio.Event()
+
+    async def endless():
+        try:
+            while True:
+                await asyncio.sleep(0.01)
+                yield 1
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def take_one() -> None:
+        stream = paced(endless(), 0.05)
+        assert await anext(stream) == [1]
+        await stream.aclose()
+        await asyncio.wait_for(cancelled.wait(), 1)
+
+    asyncio.run(take_one())
