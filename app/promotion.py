@@ -5,9 +5,9 @@ whole interval of the difference above zero.
 
 The candidate is served by a copy of the running graph beside it (`app.serving.deploy_candidate`, route
 `/candidate`) that asks the served graph's Retriever and Reranker: the same passages and prompt, with only the
-generator changed. The served graph
-and the candidate answer the same questions over HTTP; the copy is removed afterwards, whatever happened. A
-promotion then reaches users through the hot swap the graph already does for `serve.generator.model=catalog:NAME`.
+generator changed. The served graph and the candidate answer the same questions over HTTP; the copy is removed
+afterwards, whatever happened. A promotion then reaches users through the hot swap the graph already does for
+`serve.generator.model=catalog:NAME`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ GRAPH = "deployments.graph:build_app"
 LLM = "deployments.llm:build_llm_app"
 # a copy of the graph whose generator serves a model being judged for promotion (app.promotion)
 CANDIDATE, CANDIDATE_LLM, CANDIDATE_PREFIX = "ragline-candidate", "ragline-candidate-llm", "/candidate"
-SEARCH_DEPLOYMENTS = ("Retriever", "Reranker")  # a candidate's copy of the graph shares the served graph's
+SEARCH_DEPLOYMENTS = ("Retriever", "Reranker")
 CANDIDATES = {CANDIDATE, CANDIDATE_LLM}
 
 
@@ -186,8 +186,8 @@ def pin_generator(app_name: str, version: int) -> bool:
 def deploy_candidate(model: str) -> tuple[str, list[str]]:
     """Adds to the running Serve config a copy of the RAG application at route CANDIDATE_PREFIX (and of its LLM
     application) whose generator serves `model` and which asks the served graph's Retriever and Reranker; the
-    served applications are left exactly as they run. Returns
-    the route prefix and the new applications' names, without waiting for them (`wait_running`).
+    served applications are left exactly as they run. Returns the route prefix and the new applications' names,
+    without waiting for them (`wait_running`).
 
     The copies reserve almost no CPU (0.01 per deployment, 0.05 for the LLM's bundle): on a small machine the
     served graph holds most of it, and a candidate is only asked a question set."""

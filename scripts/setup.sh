@@ -10,8 +10,8 @@ PYTHON="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# Debian packages, installed as root beside the Python installs: Tesseract for OCR (without it scans are reported as "needs
-# OCR", not dropped), and whatever the caller adds in RAGLINE_DEBIAN_PACKAGES (scripts/test.sh: chromium).
+# Debian packages, installed as root beside the Python installs: Tesseract for OCR (without it scans are reported
+# as "needs OCR", not dropped), and whatever the caller adds in RAGLINE_DEBIAN_PACKAGES (scripts/test.sh: chromium).
 missing=()
 for pkg in tesseract-ocr ${RAGLINE_DEBIAN_PACKAGES:-}; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
