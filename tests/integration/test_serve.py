@@ -581,7 +581,7 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     serving.submit(schema)
 
     questions = _question_set(tmp_path / "qs.jsonl", n=1)  # what the judge asks
-    # taught the one question 30 times in one epoch (30 one-step epochs took 106 s, a Ray Data split each)
+    # taught the one question 30 times in one epoch: every epoch is a Ray Data split of its own
     taught = tmp_path / "taught.jsonl"
     taught.write_text(questions.read_text() * 30)
     # Trained while both applications roll over to catalog:sft. Half a CPU: the graph keeps its reservations on
