@@ -668,7 +668,7 @@ def ceiling_table(r: dict[str, Any], source: str) -> str:
         f"{r['model']} ({r['dtype']}, max_model_len {e['max_model_len']}, max_num_seqs {e['max_num_seqs']}, "
         f"{e['VLLM_CPU_KVCACHE_SPACE']} GiB KV cache"
         + (f", vLLM's threads bound `{bind}`" if (bind := e.get("VLLM_CPU_OMP_THREADS_BIND")) else "")
-        + (f", {n} OpenMP threads" if (n := e.get("OMP_NUM_THREADS")) else "")
+        + (f", {n} OpenMP thread{'' if n == '1' else 's'}" if (n := e.get("OMP_NUM_THREADS")) else "")
         + f"), {r['max_tokens']}-token greedy answers, {r['cpus']} CPU "
         f"cores; each side started afresh in every repeat, in turns, median of {r['repeats']} "
         f"(`{r['command']}`, {r['date']}, {source}; vLLM {r['versions']['vllm']}, Ray {r['versions']['ray']}). "
