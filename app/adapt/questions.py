@@ -32,14 +32,14 @@ class SyntheticRow(TypedDict):
     doc_id: str  # the chunk's document: the relevant document of the question
     chunk_id: str
     rank: int  # where the current retriever ranked doc_id (1-based; 0: not in the round trip's top k)
-    answers: list[str]  # the writer's answer, where the chunk holds it word for word; else empty
+    answers: list[str]  # the writer's answer, where the chunk holds it in a sentence asked about; else empty
 
 
 @dataclass(frozen=True)
 class Written:
     question: str | None
     rejected: Rejection | None
-    answer: str | None = None  # the reply's answer, where the passage holds it word for word
+    answer: str | None = None  # the reply's answer, where the passage holds it word for word (`answer_span`)
 
 
 def parse(reply: str, passage: str) -> Written:
@@ -59,19 +59,40 @@ def parse(reply: str, passage: str) -> Written:
         return Written(None, "too_long")
     if question[:-1].lower() in " ".join(passage.split()).lower():  # a sentence of the passage with a '?'
         return Written(None, "copied")
-    return Written(question, None, answer_span(reply, passage))
+    return Written(question, None, answer_span(reply, passage, question))
 
 
-def answer_span(reply: str, passage: str) -> str | None:
-    """The reply's "Answer: ..." when the passage holds it word for word (case and spacing aside): a span a
-    generator can learn to quote. A longer one is a sentence, not an answer."""
+def answer_span(reply: str, passage: str, question: str) -> str | None:
+    """The reply's "Answer: ..." when the passage holds it word for word (case and spacing aside) in a sentence
+    the question is about (`about`): a span a generator can learn to quote. A longer one is a sentence, not an
+    answer; one elsewhere in the passage most often answers another question than the one asked."""
     found = ANSWER_TEXT.search(reply)
     if not found:
         return None
     answer = " ".join(found.group(1).split()).strip(" .")
     if not answer or len(answer.split()) > MAX_ANSWER_WORDS:
         return None
-    return answer if answer.lower() in " ".join(passage.split()).lower() else None
+    return answer if any(answer.lower() in s.lower() for s in about(question, passage)) else None
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+WORD = re.compile(r"[a-z0-9]+")
+# words that say nothing of which sentence a question is about
+FUNCTION_WORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "been", "by", "can", "could", "did", "do", "does", "for", "from",
+    "had", "has", "have", "how", "in", "is", "it", "its", "of", "on", "or", "that", "the", "their", "there", "these",
+    "this", "those", "to", "was", "were", "what", "when", "where", "which", "who", "whom", "whose", "why", "will",
+    "with"))
+
+
+def about(question: str, passage: str) -> list[str]:
+    """The passage's sentences (spacing normalised) that share the most content words with the question, all of
+    them where they tie: the sliding-window baseline of the SQuAD paper, whose answers mostly lie in such a
+    sentence."""
+    sentences = SENTENCE_END.split(" ".join(passage.split()))
+    asked = set(WORD.findall(question.lower())) - FUNCTION_WORDS
+    shared = [len(asked & set(WORD.findall(s.lower()))) for s in sentences]
+    return [s for s, n in zip(sentences, shared, strict=True) if n == max(shared)]
 
 
 def held_out(chunk_id: str, fraction: float, seed: int) -> bool:

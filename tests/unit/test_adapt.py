@@ -54,6 +54,20 @@ def test_an_answer_is_kept_only_where_the_passage_holds_it():
     assert parse(f"What is Lifeact?\nAnswer: {long}", PASSAGE).answer is None  # a sentence, not an answer
 
 
+def test_an_answer_is_kept_only_in_a_sentence_the_question_is_about():
+    from app.adapt.questions import about
+
+    two = ("The Royal Garden lies south of the palace. Warsaw is the capital of Poland.\n\nIt has  two rivers.")
+    assert about("What lies south of the palace?", two) == ["The Royal Garden lies south of the palace."]
+    assert about("Where is it?", two) == ["The Royal Garden lies south of the palace.",  # no content word: all tie
+                                          "Warsaw is the capital of Poland.", "It has two rivers."]
+    # a span of the passage that answers another sentence's question is no answer to this one
+    assert parse("What is the name of the Royal Garden?\nAnswer: Warsaw", two).answer is None
+    assert parse("What is the capital of Poland?\nAnswer: Warsaw", two).answer == "Warsaw"
+    assert parse("Where does the Royal Garden lie?\nAnswer: south of  the palace", two).answer == \
+        "south of the palace"
+
+
 def test_the_reply_qgen_teaches_is_the_one_adapt_reads():
     taught = question_writer.reply(" What does Lifeact stain? ", "filamentous actin ")
     assert parse(taught, PASSAGE) == parse("What does Lifeact stain?\nAnswer: filamentous actin", PASSAGE)
