@@ -1,7 +1,7 @@
 """Retrieval evaluation and reranker training on a SciFact slice, through the `ragline` CLI as users run it: 30 dev
 queries over 300 abstracts (the ones they judge relevant, then distractors), with floors that catch a broken
 pipeline; then a smoke run of `train reranker` on 20 train queries' qrels for two steps, `models promote`, and
-`eval retrieval --rerank`; `adapt` on the slice's corpus alone, refusing the candidates it trains; and its embedder
+`eval retrieval --rerank`; `adapt` on a stored question set, refusing the candidates it trains; and its embedder
 promoted by hand into a re-embedded index version. The full-corpus quality figures are measured by
 benchmarks/quality.py and benchmarks/adapt_bench.py, not here."""
 
@@ -77,13 +77,47 @@ def test_reranker_smoke_trained_on_the_train_qrels_promoted_and_evaluated(ray_cl
         assert modes[f"{mode}+rerank"]["ndcg@10"] > 0.5 * modes[mode]["ndcg@10"], (mode, modes)
 
 
-def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedder_and_reranker(
-        ray_cluster, scifact_slice, store):
-    """No labels: SmolLM2 on vLLM (through `ray.data.llm`) asks two sampled questions about each of 12 of the
-    slice's abstracts, the round trip filters the training questions, one training step each makes a reranker and
-    an embedder (taught the reranker's margins) that cannot beat what is served on the held-out questions, and the
-    gate refuses both: nothing is promoted, the embedder's staged index version is discarded, and every count
-    reconciles."""
+def stored_questions(storage, beir: Path, heldout: float, seed: int) -> str:
+    """A synthesis run stored as `ragline adapt questions` stores one, of the slice's own claims (its dev and train
+    queries, each asked of the first chunk of a document it judges relevant), held out by adapt's own rule: what
+    the writer hands the roles, without starting an engine (test_multinode.py runs the writer). Its id."""
+    from app.adapt.questions import held_out
+    from app.adapt.synthesize import RUNS, SynthesisCounts, SyntheticSet
+    from app.catalog import Catalog
+    from app.index.build import load_chunks
+    from app.qa.beir import load_qrels, load_queries
+
+    chunks = load_chunks(storage, Catalog(storage).latest("datasets")).to_pylist()
+    first_chunk: dict[str, str] = {}
+    for c in sorted(chunks, key=lambda c: c["chunk_id"]):
+        first_chunk.setdefault(c["doc_id"], c["chunk_id"])
+    claims = load_queries(beir / "queries.jsonl")
+    sets: dict[str, list[dict]] = {"train": [], "heldout": [], "rejected": []}
+    for split in ("dev", "train"):
+        for qid, docs in load_qrels(beir / "qrels" / f"{split}.tsv").items():
+            doc = min(docs)
+            chunk = first_chunk[doc]  # every judged document is in the slice
+            row = {"id": f"{chunk}#{qid}", "question": claims[qid], "doc_id": doc, "chunk_id": chunk, "rank": 1,
+                   "answers": []}
+            sets["heldout" if held_out(chunk, heldout, seed) else "train"].append(row)
+    run = "adapt-scifact-claims"
+    files = {name: f"{RUNS}/{run}/{name}.jsonl" for name in sets}
+    for name, rel in files.items():
+        storage.write_bytes(rel, "".join(json.dumps(r) + "\n" for r in sets[name]).encode())
+    n = {name: len(rows) for name, rows in sets.items()}
+    storage.write_json(f"{RUNS}/{run}/questions.json", SyntheticSet(
+        run_id=run, created_at="2026-12-03T00:00:00Z", index_version=Catalog(storage).latest("indexes").version,
+        writer="scifact claims", counts=SynthesisCounts(sampled=n["train"] + n["heldout"], rejected={}, dropped=0,
+                                                        train=n["train"], heldout=n["heldout"]),
+        write_s=0, round_trip_s=0, **{f"{name}_file": rel for name, rel in files.items()}).model_dump())
+    return run
+
+
+def test_adapt_on_a_stored_question_set_refuses_a_worse_embedder_and_reranker(ray_cluster, scifact_slice, store):
+    """`ragline adapt --questions RUN` (no labels needed: the run could be the writer's; here it holds the slice's
+    claims): one training step each makes a reranker and an embedder (taught the reranker's margins) that cannot
+    beat what is served on the held-out questions, and the gate refuses both: nothing is promoted, the embedder's
+    staged index version is discarded, and the report is listed with its run."""
     from app.adapt.run import adapt_runs
     from app.catalog import Catalog
     from app.storage import Storage
@@ -91,31 +125,16 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     corpus = store / "eval" / "scifact-slice"  # ingested by the tests above; adapt works on the index alone
     storage = Storage(str(corpus))
     indexes = Catalog(storage).latest("indexes")
-    overrides = ["adapt.chunks=12", "adapt.writer.questions_per_chunk=2", "adapt.writer.temperature=0.7",
-                 "adapt.heldout=0.4", 'adapt.train={"max_steps": 1, "num_workers": 1, '
+    run = stored_questions(storage, scifact_slice, heldout=0.4, seed=0)
+    overrides = ['adapt.train={"max_steps": 1, "num_workers": 1, '
                  '"batch_size": 4, "reranker": {"max_length": 96}}', "adapt.reranker_name=adapted",
                  # one undamped step (no warm-up) moves the vectors enough for the next test to see
                  'adapt.embedder_train={"max_steps": 1, "num_workers": 1, "batch_size": 4, "lr": 1e-4, '
                  '"warmup_steps": 0, "embedder": {"max_length": 96}}', "adapt.embedder_name=adapted-embedder",
-                 "adapt.writer.max_tokens=32", "adapt.writer.passage_words=80",
                  "adapt.teacher=catalog:adapted:1"]  # the reranker trained just before (auto: only a promoted one)
-    report = ragline(corpus, ray_cluster, *(a for o in overrides for a in ("--set", o)), "adapt")
-    q = report["questions"]
-    n = q["counts"]
-    assert n["sampled"] == 24 and n["train"] > 0 and n["heldout"] > 0, n
-    assert n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + n["heldout"], n
-    lines = {name: storage.read_bytes(q[f"{name}_file"]).decode().splitlines()
-             for name in ("train", "heldout", "rejected")}
-    assert (len(lines["train"]), len(lines["heldout"]), len(lines["rejected"])) == (
-        n["train"], n["heldout"], sum(n["rejected"].values()))
-    train = [json.loads(line) for line in lines["train"]]
-    assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
-    assert all(isinstance(a, str) and a for r in train for a in r["answers"]), train  # spans, never NaN
-    heldout = [json.loads(line) for line in lines["heldout"]]
-    assert not {r["chunk_id"] for r in train} & {r["chunk_id"] for r in heldout}  # a chunk's questions: one side
-    kept = train + heldout  # each an ask of its chunk, no question twice for one chunk
-    assert len({r["id"] for r in kept}) == len(kept) and all(r["id"].startswith(f"{r['chunk_id']}#") for r in kept)
-    assert len({(r["chunk_id"], r["question"].lower()) for r in kept}) == len(kept)
+    report = ragline(corpus, ray_cluster, *(a for o in overrides for a in ("--set", o)), "adapt", "--questions", run)
+    n = report["questions"]["counts"]
+    assert report["questions"]["run_id"] == run and n["train"] > 0 and n["heldout"] > 0, n
     reranker, embedder = report["roles"]
     assert (reranker["role"], reranker["served"], reranker["candidate"]) == ("reranker", "none", "adapted:v1")
     # GPL: the reranker candidate, named as the teacher, teaches the embedder its margins
@@ -131,7 +150,7 @@ def test_adapt_writes_questions_with_vllm_on_ray_data_and_refuses_a_worse_embedd
     assert catalog.latest("indexes") == indexes  # the candidate index was staged, judged, and not published
     assert len(storage.listdir("indexes")) == 2 * indexes.version  # its files are gone: a version's dir and files
     (listed,) = adapt_runs(storage)  # what `ragline status` lists
-    assert listed.questions.run_id == q["run_id"] and listed.report
+    assert listed.questions.run_id == run and listed.report
     assert [r.decision for r in listed.report.roles] == ["refused", "refused"]
 
 

