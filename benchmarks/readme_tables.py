@@ -759,8 +759,11 @@ def flops_table(r: dict[str, Any], source: str) -> str:
 
 def ci_table(r: dict[str, Any], source: str) -> str:
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(r["counts"].items()))
+    # one CPU model's machines differ in speed; files from before the peak was recorded lack it
+    speed = (f"; one thread's float32 peak here {r['peak_gflop_per_s']:.0f} GFLOP/s (flops_bench.py's product)"
+             if "peak_gflop_per_s" in r else "")
     lines = [f"A fresh clone's `.ci/run`: **{r['clone_wall_s'] / 60:.1f} min** (budget {r['budget_s'] / 60:.0f}), "
-             f"pytest {r['pytest_wall_s'] / 60:.1f} min; {counts} ({source}). The 10 slowest tests:", "",
+             f"pytest {r['pytest_wall_s'] / 60:.1f} min; {counts}{speed} ({source}). The 10 slowest tests:", "",
              "| test | s |", "|---|---:|"]
     lines += [f"| `{t['test']}` | {t['seconds']:.0f} |" for t in r["slowest"][:10]]
     return "\n".join(lines)
