@@ -92,7 +92,8 @@ def about(question: str, passage: str) -> list[str]:
     sentences = SENTENCE_END.split(" ".join(passage.split()))
     asked = set(WORD.findall(question.lower())) - FUNCTION_WORDS
     shared = [len(asked & set(WORD.findall(s.lower()))) for s in sentences]
-    return [s for s, n in zip(sentences, shared, strict=True) if n == max(shared)]
+    most = max(shared)
+    return [s for s, n in zip(sentences, shared, strict=True) if n == most]
 
 
 def held_out(chunk_id: str, fraction: float, seed: int) -> bool:
