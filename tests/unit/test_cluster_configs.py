@@ -169,7 +169,11 @@ def test_gcp_only_the_head_has_a_public_ip():
 def test_onprem_layout():
     cfg = ray_up("onprem")
     assert cfg["max_workers"] == len(cfg["provider"]["worker_ips"])
-    assert cfg["file_mounts"]["~/ragline"] == "."
+    # the project's parts a node installs from, each its own mount: never ".", whose hash would read all of .venv
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    project = {k: v for k, v in cfg["file_mounts"].items() if k.startswith("~/ragline")}
+    assert project == {f"~/ragline/{p}": p for p in {"pyproject.toml", PROJECT["readme"], "scripts", *packages}}
     assert "docker" not in cfg  # installed by scripts/setup.sh, not an image
     assert cfg["setup_commands"][0] == "cd ~/ragline && scripts/setup.sh"
     path_line = "export PATH=~/ragline/.venv/bin:$PATH"
@@ -194,7 +198,7 @@ def test_onprem_derived_for_the_e2e_test_still_validates(tmp_path):
     cfg["provider"].update(head_ip="127.0.0.1", worker_ips=[])
     cfg["auth"] = {"ssh_user": "e2e", "ssh_private_key": str(tmp_path / "id")}
     config = prepared(cfg)
-    assert config["file_mounts"][str(ROOT)] == "."
+    assert config["file_mounts"][f"{ROOT}/app"] == "app"
     assert config["setup_commands"][0] == f"cd {ROOT} && scripts/setup.sh"
     assert "--port=46379" in config["head_start_ray_commands"][-1]
 
