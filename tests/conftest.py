@@ -116,6 +116,11 @@ def ray_cluster(s3_bucket):
     from app.raycluster import init_local
 
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"  # read by the driver, passed on to the controller
+    # Ray's log monitor lists the log directory every 0.1 s while it holds under 1,000 files; the session starts
+    # hundreds of workers, three files each, and with log_to_driver off nobody reads what it publishes: listing
+    # every 5 s instead. Inherited by the clusters the tests start in subprocesses.
+    os.environ["LOG_NAME_UPDATE_INTERVAL_S"] = "5"
+    os.environ["RAY_LOG_MONITOR_MANY_FILES_THRESHOLD"] = "0"
 
     init_local(num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False,
                _system_config={"metrics_report_interval_ms": 2000})
