@@ -35,7 +35,8 @@ CLUSTER = ROOT / "cluster"
 KUBERAY = CLUSTER / "kuberay"
 CRDS = SHARED / "kuberay-crds"
 RAY_UP = ["aws", "gcp", "onprem"]
-PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
 IMAGE = f"ghcr.io/CHANGE-ME/ragline:{PROJECT['version']}"  # the image tag follows the project's version
 GPU_IMAGE = f"{IMAGE}-gpu"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml",
@@ -170,8 +171,7 @@ def test_onprem_layout():
     cfg = ray_up("onprem")
     assert cfg["max_workers"] == len(cfg["provider"]["worker_ips"])
     # the project's parts a node installs from, each its own mount: never ".", whose hash would read all of .venv
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    packages = {p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
     project = {k: v for k, v in cfg["file_mounts"].items() if k.startswith("~/ragline")}
     assert project == {f"~/ragline/{p}": p for p in {"pyproject.toml", PROJECT["readme"], "scripts", *packages}}
     assert "docker" not in cfg  # installed by scripts/setup.sh, not an image
